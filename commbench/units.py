@@ -1,0 +1,43 @@
+"""Sizes with units: parse '64KiB' -> 65536, format 65536 -> '64KiB'."""
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "": 1, "B": 1,
+    "K": 1024, "KB": 1000, "KIB": 1024,
+    "M": 1024**2, "MB": 1000**2, "MIB": 1024**2,
+    "G": 1024**3, "GB": 1000**3, "GIB": 1024**3,
+    "T": 1024**4, "TB": 1000**4, "TIB": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value) -> int:
+    """Return a size in bytes from an int or a string such as '8B', '64KiB', '1GiB'.
+
+    Bare 'K', 'M', 'G' are binary (as in nccl-tests' -b/-e); 'KB', 'MB', 'GB' are decimal.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size such as '64KiB', got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size must be >= 0, got {value}")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected a size such as '64KiB', got {value!r}")
+    m = _SIZE_RE.match(value)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"bad size {value!r}: use a number with B, KiB, MiB, GiB (or KB, MB, GB)")
+    num = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if num != int(num):
+        raise ValueError(f"size {value!r} is not a whole number of bytes")
+    return int(num)
+
+
+def format_size(num_bytes: int) -> str:
+    """Shortest exact binary-unit label: 1024 -> '1KiB', 1536 -> '1536B'."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if num_bytes >= factor and num_bytes % factor == 0:
+            return f"{num_bytes // factor}{unit}"
+    return f"{num_bytes}B"
