@@ -1,0 +1,1 @@
+"""Reports, plots and tables built from stored run folders (no GPU needed)."""

@@ -1,0 +1,135 @@
+"""Busbw and time vs size plots from results rows (matplotlib, Agg backend)."""
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # never needs a display; safe on compute nodes and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+
+from commbench.units import format_size  # noqa: E402
+
+# Columns that may tell two curves of one op apart; only those that vary get into labels.
+LINE_COLUMNS = ("run", "family", "bench", "backend", "variant", "dtype", "in_place",
+                "world_size", "timing")
+# Always part of a label so a reader can tell what a line is, even when constant.
+BASE_LABEL = ("backend", "variant")
+
+METRICS = {
+    "busbw_gbps": ("busbw (GB/s)", "busbw_vs_size.png"),
+    "time_us": ("time (us)", "time_vs_size.png"),
+}
+
+
+def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows worth plotting: status ok and a size."""
+    if df.empty or "status" not in df.columns:
+        return df.iloc[0:0]
+    out = df[df["status"].astype(str) == "ok"]
+    return out[pd.to_numeric(out["size_bytes"], errors="coerce").notna()]
+
+
+def line_columns(df: pd.DataFrame) -> list[str]:
+    """The columns that define one line: (backend, variant) plus whatever else varies."""
+    cols = [c for c in BASE_LABEL if c in df.columns]
+    for c in LINE_COLUMNS:
+        if c in df.columns and c not in cols and df[c].astype(str).nunique() > 1:
+            cols.append(c)
+    return cols
+
+
+def _label(key, cols: list[str]) -> str:
+    key = key if isinstance(key, tuple) else (key,)
+    parts = []
+    for c, v in zip(cols, key):
+        if c in ("backend", "variant", "run", "bench"):
+            parts.append(str(v))
+        else:
+            parts.append(f"{c}={v}")
+    return " ".join(parts)
+
+
+def _size_axis(ax, sizes: list[int]) -> None:
+    """Log2 x axis with ticks at powers of two, labelled 8B, 1KiB, 1MiB."""
+    ax.set_xscale("log", base=2)
+    lo = max(1, int(min(sizes)))
+    hi = max(lo, int(max(sizes)))
+    lo_exp, hi_exp = int(math.floor(math.log2(lo))), int(math.ceil(math.log2(hi)))
+    step = max(1, math.ceil((hi_exp - lo_exp + 1) / 8))  # at most ~8 labels, readable
+    ticks = [2**e for e in range(lo_exp, hi_exp + 1, step)]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: format_size(int(round(x)))))
+    ax.tick_params(axis="x", labelrotation=45)
+
+
+def metric_figure(df: pd.DataFrame, metric: str, title: str = ""):
+    """One figure: a panel per op, a line per distinct line key. Returns a Figure or None."""
+    rows = ok_rows(df)
+    if rows.empty or metric not in rows.columns:
+        return None
+    rows = rows.copy()
+    rows[metric] = pd.to_numeric(rows[metric], errors="coerce")
+    rows["size_bytes"] = pd.to_numeric(rows["size_bytes"]).astype("int64")
+    ops = sorted(rows["op"].astype(str).unique())
+    ncols = min(3, len(ops))
+    nrows = math.ceil(len(ops) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
+    ylabel = METRICS.get(metric, (metric, ""))[0]
+    for ax, op in zip(axes.flat, ops):
+        sub = rows[rows["op"].astype(str) == op]
+        cols = line_columns(sub)
+        drawn = 0
+        for key, line in sub.groupby(cols, sort=True, dropna=False) if cols else [((), sub)]:
+            # Several rows per size (a parameter sweep not in the label): plot the median.
+            pts = line.groupby("size_bytes")[metric].median().sort_index()
+            pts = pts[pts > 0]  # log axis: busbw is 0 on one rank, as in nccl-tests
+            if pts.empty:
+                continue
+            ax.plot(pts.index, pts.values, marker="o", markersize=3, label=_label(key, cols))
+            drawn += 1
+        _size_axis(ax, list(sub["size_bytes"]))
+        ax.set_title(op)
+        ax.set_xlabel("size")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+        if drawn:
+            ax.set_yscale("log")
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no positive {metric}", ha="center", va="center",
+                    transform=ax.transAxes)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def figure_png(fig) -> bytes:
+    """Render a figure to PNG bytes and free it."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_run_plots(df: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Write busbw-vs-size and time-vs-size PNGs for the ok rows of a run; return the paths."""
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    for metric, (_label_txt, filename) in METRICS.items():
+        fig = metric_figure(df, metric)
+        if fig is None:
+            continue
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / filename
+        path.write_bytes(figure_png(fig))
+        written.append(path)
+    return written

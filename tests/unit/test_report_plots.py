@@ -1,0 +1,50 @@
+"""Run plots: files written, only ok rows, line labels, size tick labels."""
+from __future__ import annotations
+
+import pandas as pd
+
+from commbench.report import plots
+
+
+def _rows(statuses=("ok",)):
+    rows = []
+    for op in ("all_reduce", "sendrecv"):
+        for backend in ("mpi", "gloo"):
+            for exp in range(3, 21, 3):
+                size = 2**exp
+                time_us = 4.0 + size / 1000.0
+                for status in statuses:
+                    rows.append(dict(op=op, backend=backend, variant="default", dtype="float32",
+                                     size_bytes=size, time_us=time_us,
+                                     busbw_gbps=size / time_us / 1e3, status=status))
+    return pd.DataFrame(rows)
+
+
+def test_write_run_plots_writes_pngs(tmp_path):
+    paths = plots.write_run_plots(_rows(), tmp_path / "plots")
+    assert sorted(p.name for p in paths) == ["busbw_vs_size.png", "time_vs_size.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert p.stat().st_size > 5000
+
+
+def test_no_ok_rows_writes_nothing(tmp_path):
+    assert plots.write_run_plots(_rows(statuses=("failed",)), tmp_path) == []
+    assert not any(tmp_path.iterdir())
+
+
+def test_only_ok_rows_and_varying_columns_in_labels():
+    df = _rows(statuses=("ok", "wrong"))
+    assert set(plots.ok_rows(df)["status"]) == {"ok"}
+    df["dtype"] = ["float32", "bfloat16"] * (len(df) // 2)
+    assert plots.line_columns(df) == ["backend", "variant", "dtype"]
+
+
+def test_size_ticks_use_units():
+    fig = plots.metric_figure(_rows(), "time_us")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert "8B" in labels and any(lbl.endswith("KiB") for lbl in labels)
+    lines = {line.get_label() for line in ax.get_lines()}
+    assert lines == {"gloo default", "mpi default"}
