@@ -1,0 +1,195 @@
+"""System information: guarded probes, the environment allow-list, parsers on saved tool output."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+import pytest
+from rich.console import Console
+
+from commbench import sysinfo
+
+GPU_FIELDS = ("gpus", "driver", "cuda_driver", "cuda_runtime", "topology", "nvlink", "multicast_supported")
+REQUIRED = (
+    "hostname", "os", "python", "commbench_version", "git_revision", "torch", "torch_cuda", "nccl",
+    "nvshmem", "mpi", "cupy", "cuda_core", "kill_switches",
+) + GPU_FIELDS
+
+SMI_GPUS = """\
+0, NVIDIA H200, GPU-0a1b2c3d-0000-1111-2222-333344445555, 143771, 9.0, 00000000:19:00.0, 580.95.05
+1, NVIDIA H200, GPU-0a1b2c3d-0000-1111-2222-333344446666, 143771, 9.0, 00000000:3B:00.0, 580.95.05
+"""
+
+SMI_NVLINK = """\
+GPU 0: NVIDIA H200 (UUID: GPU-0a1b2c3d-0000-1111-2222-333344445555)
+\t Link 0: 26.562 GB/s
+\t Link 1: 26.562 GB/s
+\t Link 2: <inactive>
+GPU 1: NVIDIA H200 (UUID: GPU-0a1b2c3d-0000-1111-2222-333344446666)
+\t Link 0: 26.562 GB/s
+\t Link 1: <inactive>
+\t Link 2: <inactive>
+"""
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Make the host look GPU-less even on a GPU machine: no nvidia-smi, no driver."""
+    real_which = sysinfo.shutil.which
+    monkeypatch.setattr(sysinfo.shutil, "which", lambda name: None if name == "nvidia-smi" else real_which(name))
+
+    def no_driver():
+        raise ImportError("cuda-bindings not installed")
+
+    def no_proc():
+        raise FileNotFoundError("/proc/driver/nvidia/version")
+
+    monkeypatch.setattr(sysinfo, "_cuda_driver", no_driver)
+    monkeypatch.setattr(sysinfo, "_proc_driver", no_proc)
+
+
+def test_collect_without_gpu_probe_has_all_keys_and_is_json():
+    info = sysinfo.collect(probe_gpu=False)
+    assert set(REQUIRED) <= set(info)
+    for key in GPU_FIELDS:
+        assert info[key] is None, key
+    assert info["commbench_version"] == sysinfo.__version__
+    assert json.loads(json.dumps(info)) == info
+
+
+def test_collect_on_gpu_less_host_is_fast_and_gives_none(no_gpu):
+    start = time.monotonic()
+    info = sysinfo.collect()
+    assert time.monotonic() - start < 3.0
+    for key in GPU_FIELDS:
+        assert info[key] is None, key
+    json.dumps(info)
+
+
+def test_hanging_or_failing_tools_become_none(monkeypatch):
+    monkeypatch.setattr(sysinfo.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+    def hang(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout", 0))
+
+    monkeypatch.setattr(sysinfo.subprocess, "run", hang)
+    monkeypatch.setattr(sysinfo, "_cuda_driver", lambda: None)
+    info = sysinfo.collect()
+    assert info["gpus"] is None and info["topology"] is None and info["nvlink"] is None
+    assert info["git_revision"] is None
+    assert info["multicast_supported"] is None
+
+
+def test_nvidia_smi_output_is_used(monkeypatch):
+    outputs = {"--query-gpu": SMI_GPUS, "topo": "\tGPU0\tGPU1\nGPU0\t X \tNV18\n", "nvlink": SMI_NVLINK}
+
+    def fake_run(argv, **kwargs):
+        text = next((v for k, v in outputs.items() if argv[0] == "nvidia-smi" and argv[1].startswith(k)), None)
+        if text is None:
+            return subprocess.CompletedProcess(argv, 1, "", "")
+        return subprocess.CompletedProcess(argv, 0, text, "")
+
+    monkeypatch.setattr(sysinfo.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(sysinfo.subprocess, "run", fake_run)
+    monkeypatch.setattr(sysinfo, "_cuda_driver", lambda: None)
+    info = sysinfo.collect()
+    assert [g["pci_bus_id"] for g in info["gpus"]] == ["00000000:19:00.0", "00000000:3B:00.0"]
+    assert info["driver"] == "580.95.05"
+    assert all("driver" not in g for g in info["gpus"])
+    assert info["topology"].endswith("NV18")
+    assert [(g["links"], g["active"]) for g in info["nvlink"]] == [(3, 2), (3, 1)]
+    text = _render(info)
+    assert "NVIDIA H200" in text and "2/3" in text and "NV18" in text
+
+
+def test_parse_gpu_csv():
+    gpus = sysinfo.parse_gpu_csv(SMI_GPUS + "2, Broken, GPU-x, [N/A], [N/A], 0000:00:01.0, 1\ngarbage line\n")
+    assert len(gpus) == 3
+    assert gpus[0] == {
+        "index": 0, "name": "NVIDIA H200", "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
+        "memory_total_mib": 143771, "compute_capability": "9.0", "pci_bus_id": "00000000:19:00.0",
+        "driver": "580.95.05",
+    }
+    assert gpus[2]["memory_total_mib"] is None and gpus[2]["compute_capability"] is None
+
+
+def test_parse_nvlink_status():
+    links = sysinfo.parse_nvlink_status(SMI_NVLINK)
+    assert links[0] == {"index": 0, "links": 3, "active": 2, "link_gbps": [26.562, 26.562]}
+    assert links[1]["active"] == 1
+    assert sysinfo.parse_nvlink_status("GPU 0: NVIDIA H200 (UUID: GPU-1)\n") is None
+
+
+def test_parse_nvshmem_header():
+    header = (
+        "#ifndef NVSHMEM_VERSION_H\n#define NVSHMEM_VENDOR_MAJOR_VERSION 3\n"
+        "#define NVSHMEM_VENDOR_MINOR_VERSION 4\n#define NVSHMEM_VENDOR_PATCH_VERSION 5\n#endif\n"
+    )
+    assert sysinfo.parse_nvshmem_header(header) == "3.4.5"
+    assert sysinfo.parse_nvshmem_header("#define NVSHMEM_VENDOR_MAJOR_VERSION 3\n") is None
+
+
+def test_filtered_env_keeps_allow_list_only():
+    env = {
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t", "HOME": "/root", "PATH": "/usr/bin", "GITHUB_TOKEN": "t",
+        "OMPI_COMM_WORLD_RANK": "0", "MY_NCCL_DEBUG": "x", "nccl_debug": "lower",
+        "NCCL_DEBUG": "INFO", "NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1",
+        "CUDA_VISIBLE_DEVICES": "0,1", "UCX_TLS": "rc", "OMPI_MCA_btl": "^openib",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "COMMBENCH_JIT_CACHE": "/tmp/jit",
+    }
+    kept = sysinfo.filtered_env(env)
+    assert kept == {k: v for k, v in env.items() if k.split("_")[0] in {"NCCL", "NVSHMEM", "CUDA", "UCX", "TORCH", "COMMBENCH"}
+                    or k.startswith("OMPI_MCA_")}
+    assert "AWS_SECRET_ACCESS_KEY" not in kept and "HOME" not in kept and "OMPI_COMM_WORLD_RANK" not in kept
+    assert kept["NCCL_DEBUG"] == "INFO"
+
+
+def test_filtered_env_defaults_to_process_env(monkeypatch):
+    monkeypatch.setenv("NCCL_DEBUG_SUBSYS", "TUNING")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
+    kept = sysinfo.filtered_env()
+    assert kept["NCCL_DEBUG_SUBSYS"] == "TUNING"
+    assert "AWS_SECRET_ACCESS_KEY" not in kept and "HOME" not in kept
+
+
+def test_kill_switches_reported(monkeypatch, no_gpu):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    monkeypatch.setenv("NVSHMEM_DISABLE_NVLS", "1")
+    monkeypatch.delenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", raising=False)
+    info = sysinfo.collect(probe_gpu=False)
+    assert info["kill_switches"] == {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def test_versions_match_installed_packages_without_heavy_imports():
+    torch_was_loaded, mpi_was_loaded = "torch" in sys.modules, "mpi4py.MPI" in sys.modules
+    info = sysinfo.collect(probe_gpu=False)
+    try:
+        assert info["torch"] == metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        assert info["torch"] is None
+    try:
+        mpi4py_version = metadata.version("mpi4py")
+    except metadata.PackageNotFoundError:
+        assert info["mpi"] is None
+    else:
+        assert info["mpi"]["mpi4py"] == mpi4py_version
+        assert info["mpi"]["library"] and "\0" not in info["mpi"]["library"]
+    # Importing torch costs seconds and importing mpi4py.MPI would initialise MPI.
+    assert ("torch" in sys.modules) == torch_was_loaded
+    assert ("mpi4py.MPI" in sys.modules) == mpi_was_loaded
+
+
+def _render(info: dict) -> str:
+    console = Console(record=True, width=200)
+    console.print(sysinfo.format_info(info))
+    return console.export_text()
+
+
+def test_format_info_without_gpu():
+    info = sysinfo.collect(probe_gpu=False)
+    text = _render(info)
+    assert "commbench info" in text and "none visible" in text and info["hostname"] in text
+    assert "multicast supported  unknown" in text
