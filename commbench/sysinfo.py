@@ -213,27 +213,33 @@ def _cuda_driver() -> Any:
     except ImportError:
         from cuda import cuda as cu  # cuda-python before the cuda.bindings layout
     (err,) = cu.cuInit(0)
-    return cu if int(err) == 0 else None
+    return cu if _ok(err) else None
+
+
+def _ok(err: Any) -> bool:
+    """CUDA_SUCCESS, whether the bindings return an Enum or an int."""
+    return getattr(err, "value", err) == 0
 
 
 def _device_query(cu: Any) -> dict[str, Any]:
     """Read-only per-device facts through the driver API (no context is created)."""
     _, count = cu.cuDeviceGetCount()
     _, driver_api = cu.cuDriverGetVersion()
+    get_uuid = getattr(cu, "cuDeviceGetUuid", None) or cu.cuDeviceGetUuid_v2
     multicast, gpus = [], []
     for i in range(count):
         _, dev = cu.cuDeviceGet(i)
 
         def attr(a: int) -> int | None:
             err, val = cu.cuDeviceGetAttribute(cu.CUdevice_attribute(a), dev)
-            return int(val) if int(err) == 0 else None
+            return int(val) if _ok(err) else None
 
         mc = attr(_ATTR_MULTICAST)
         multicast.append(None if mc is None else bool(mc))
         gpus.append({
             "index": i,
             "name": _safe(lambda: cu.cuDeviceGetName(256, dev)[1].split(b"\0")[0].decode()),
-            "uuid": _safe(lambda: f"GPU-{uuid.UUID(bytes=bytes(cu.cuDeviceGetUuid(dev)[1].bytes)[:16])}"),
+            "uuid": _safe(lambda: f"GPU-{uuid.UUID(bytes=bytes(get_uuid(dev)[1].bytes)[:16])}"),
             "memory_total_mib": _safe(lambda: int(cu.cuDeviceTotalMem(dev)[1]) // 2**20),
             "compute_capability": _safe(lambda: f"{attr(_ATTR_CC_MAJOR):d}.{attr(_ATTR_CC_MINOR):d}"),
             "pci_bus_id": _safe(lambda: cu.cuDeviceGetPCIBusId(32, dev)[1].split(b"\0")[0].decode()),
@@ -256,7 +262,7 @@ def _cuda_runtime() -> str | None:
         from cuda.bindings import runtime as rt
 
         err, version = rt.cudaRuntimeGetVersion()
-        if int(err) == 0:
+        if _ok(err):
             return f"{version // 1000}.{version % 1000 // 10}"
     except ImportError:
         pass

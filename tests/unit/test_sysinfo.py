@@ -193,3 +193,47 @@ def test_format_info_without_gpu():
     text = _render(info)
     assert "commbench info" in text and "none visible" in text and info["hostname"] in text
     assert "multicast supported  unknown" in text
+
+
+class FakeDriver:
+    """Stands in for cuda.bindings.driver: two H200s, only device 0 reports multicast."""
+
+    CUdevice_attribute = int
+    ATTRS = {75: 9, 76: 0}
+
+    def cuDeviceGetCount(self):
+        return 0, 2
+
+    def cuDriverGetVersion(self):
+        return 0, 13000
+
+    def cuDeviceGet(self, i):
+        return 0, i
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        return 0, (int(dev == 0) if attr == 132 else self.ATTRS[attr])
+
+    def cuDeviceGetName(self, length, dev):
+        return 0, b"NVIDIA H200" + b"\0" * (length - 11)
+
+    def cuDeviceGetUuid(self, dev):
+        return 0, type("CUuuid", (), {"bytes": bytes(range(dev, dev + 16))})()
+
+    def cuDeviceTotalMem(self, dev):
+        return 0, 143771 * 2**20
+
+    def cuDeviceGetPCIBusId(self, length, dev):
+        return 0, f"0000:{0x19 + dev:02X}:00.0".encode() + b"\0"
+
+
+def test_driver_query_gives_gpus_and_multicast(monkeypatch, no_gpu):
+    monkeypatch.setattr(sysinfo, "_cuda_driver", FakeDriver)
+    assert sysinfo.multicast_supported() == [True, False]
+    info = sysinfo.collect()
+    assert info["multicast_supported"] == [True, False]
+    assert info["cuda_driver"] == "13.0"
+    assert info["gpus"][1] == {
+        "index": 1, "name": "NVIDIA H200", "uuid": "GPU-01020304-0506-0708-090a-0b0c0d0e0f10",
+        "memory_total_mib": 143771, "compute_capability": "9.0", "pci_bus_id": "0000:1A:00.0",
+    }
+    assert "multicast supported  True False" in _render(info)
