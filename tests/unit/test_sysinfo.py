@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -237,3 +239,31 @@ def test_driver_query_gives_gpus_and_multicast(monkeypatch, no_gpu):
         "memory_total_mib": 143771, "compute_capability": "9.0", "pci_bus_id": "0000:1A:00.0",
     }
     assert "multicast supported  True False" in _render(info)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the sbatch templates are bash scripts")
+@pytest.mark.parametrize("template", ["single-node", "multi-node"])
+@pytest.mark.parametrize("mode", ["ranks", "orchestrate"])
+def test_slurm_templates_start_ranks_with_kill_switches(tmp_path, template, mode):
+    """Run a template outside Slurm with a recording `srun` and commbench in its place."""
+    record = tmp_path / "calls"
+    for tool in ("srun", "cb"):
+        script = tmp_path / tool
+        script.write_text(
+            f'#!/bin/bash\necho "{tool} $* | $NCCL_NVLS_ENABLE $NVSHMEM_DISABLE_NVLS '
+            f'$TORCH_SYMM_MEM_DISABLE_MULTICAST" >> {record}\n')
+        script.chmod(0o755)
+    repo = Path(sysinfo.__file__).resolve().parent.parent
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_ID": "77",
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "8", "COMMBENCH": str(tmp_path / "cb"),
+           "MODE": mode, "SUITE": "suites/nvshmem.yaml", "OUT": "results/x"}
+    done = subprocess.run(["bash", str(repo / "slurm" / f"{template}.sbatch")], env=env,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    calls = record.read_text().splitlines()
+    run = [c for c in calls if "run suites/nvshmem.yaml --out results/x" in c]
+    assert len(run) == 1 and run[0].endswith("| 0 1 1")
+    if mode == "ranks":
+        assert run[0].startswith("srun --nodes=2 --ntasks-per-node=8 --kill-on-bad-exit=1")
+    else:
+        assert run[0].startswith("cb run")
