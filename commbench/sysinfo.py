@@ -63,11 +63,9 @@ def _dist_version(*names: str) -> str | None:
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
-            continue
+            pass
     return None
 
-
-# ---- parsers (pure; tested on saved tool output) ----------------------------------
 
 def parse_gpu_csv(text: str) -> list[dict[str, Any]]:
     """Rows of `nvidia-smi --query-gpu=<_GPU_FIELDS> --format=csv,noheader,nounits`."""
@@ -107,8 +105,6 @@ def parse_nvshmem_header(text: str) -> str | None:
     parts = [re.search(rf"#define\s+NVSHMEM_VENDOR_{p}_VERSION\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
     return ".".join(m.group(1) for m in parts) if all(parts) else None
 
-
-# ---- probes -------------------------------------------------------------------------
 
 def _os_name() -> str:
     try:
@@ -163,29 +159,11 @@ def _nvshmem() -> dict[str, Any] | None:
         roots = [Path(os.environ["NVSHMEM_HOME"])] if os.environ.get("NVSHMEM_HOME") else []
         spec = find_spec("nvidia.nvshmem") if find_spec("nvidia") else None
         roots += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-        for root in roots:
-            for header in (root / "include" / "non_abi" / "nvshmem_version.h", root / "include" / "nvshmem_version.h"):
-                if header.is_file() and (lib := parse_nvshmem_header(header.read_text())):
-                    source = str(header)
-                    break
-            if lib:
-                break
+        headers = [r / "include" / sub / "nvshmem_version.h" for r in roots for sub in ("non_abi", "")]
+        found = next(((str(h), v) for h in headers if h.is_file() and (v := parse_nvshmem_header(h.read_text()))), None)
+        source, lib = found or (None, None)
     py = _dist_version("nvshmem4py-cu13", "nvshmem4py-cu12", "nvshmem4py")
     return {"library": lib, "source": source, "nvshmem4py": py} if lib or py else None
-
-
-def mpiexec_path() -> str | None:
-    """The mpiexec that belongs to the installed mpi4py (its mpicc's folder, then this Python's bin)."""
-    import mpi4py
-
-    mpicc = _safe(mpi4py.get_config) or {}
-    folders = [Path(mpicc["mpicc"]).parent] if mpicc.get("mpicc") else []
-    folders.append(Path(sys.executable).parent)
-    for folder in folders:
-        for name in ("mpiexec", "mpirun"):
-            if (folder / name).is_file():
-                return str(folder / name)
-    return shutil.which("mpiexec")
 
 
 def _mpi() -> dict[str, Any] | None:
@@ -203,7 +181,14 @@ def _mpi() -> dict[str, Any] | None:
     # Open MPI pads the string with NULs; the first line names implementation and version.
     text = (library or "").replace("\0", "").strip()
     first = text.splitlines()[0].strip().rstrip(",") if text else None
-    return {"mpi4py": mpi4py.__version__, "library": first, "mpiexec": _safe(mpiexec_path)}
+    return {"mpi4py": mpi4py.__version__, "library": first, "mpiexec": _safe(_mpiexec)}
+
+
+def _mpiexec() -> str:
+    """The mpiexec `commbench run` would use (the one that belongs to the installed mpi4py)."""
+    from .launch import find_mpiexec
+
+    return find_mpiexec()
 
 
 def _cuda_driver() -> Any:

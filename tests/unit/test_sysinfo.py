@@ -267,3 +267,16 @@ def test_slurm_templates_start_ranks_with_kill_switches(tmp_path, template, mode
         assert run[0].startswith("srun --nodes=2 --ntasks-per-node=8 --kill-on-bad-exit=1")
     else:
         assert run[0].startswith("cb run")
+
+
+def test_nvshmem_version_from_header_when_no_package(monkeypatch, tmp_path):
+    header = tmp_path / "include" / "non_abi" / "nvshmem_version.h"
+    header.parent.mkdir(parents=True)
+    header.write_text("#define NVSHMEM_VENDOR_MAJOR_VERSION 3\n#define NVSHMEM_VENDOR_MINOR_VERSION 2\n"
+                      "#define NVSHMEM_VENDOR_PATCH_VERSION 5\n")
+    monkeypatch.setattr(sysinfo, "_dist_version", lambda *names: None)
+    monkeypatch.setenv("NVSHMEM_HOME", str(tmp_path))
+    assert sysinfo._nvshmem() == {"library": "3.2.5", "source": str(header), "nvshmem4py": None}
+    monkeypatch.setenv("NVSHMEM_HOME", str(tmp_path / "missing"))
+    monkeypatch.setattr(sysinfo, "find_spec", lambda name: None)
+    assert sysinfo._nvshmem() is None
