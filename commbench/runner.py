@@ -1,0 +1,178 @@
+"""The measurement protocol, run in every rank: set up, warm up, time, check, reduce, record.
+
+Phases that can fail on one rank only (setup, timing, check) end with an
+agreement over MPI, so every rank takes the same branch and none waits in a
+collective that its peers have abandoned.
+"""
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+
+from . import metrics, timing
+from .errors import SkipCase
+from .families import get_family
+from .families.base import Case, RankContext
+from .results import RunFolder
+from .world import World
+
+
+class _PhaseFailed(Exception):
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _agree(world: World, fn):
+    """Run fn on every rank; if any rank raised, every rank raises the same _PhaseFailed."""
+    result, outcome = None, ("ok", "")
+    try:
+        result = fn()
+    except SkipCase as exc:
+        outcome = ("skipped", str(exc))
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a failed row, the run goes on
+        outcome = ("failed", f"{type(exc).__name__}: {exc}")
+        traceback.print_exc()
+    outcomes = world.allgather(outcome)
+    for rank, (status, reason) in enumerate(outcomes):
+        if status != "ok":
+            raise _PhaseFailed(status, f"rank {rank}: {reason}" if world.size > 1 else reason)
+    return result
+
+
+def select_device(world: World, cases: list[Case]) -> str:
+    """Bind this rank to local GPU (local_rank mod GPUs) when any Case needs one."""
+    if not any(get_family(c.family).needs_gpu for c in cases):
+        return "cpu"
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    idx = world.local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(idx)
+    return f"cuda:{idx}"
+
+
+def base_row(case: Case, world: World, log: str) -> dict:
+    return {
+        "suite": case.suite, "bench": case.bench, "case_id": case.case_id, "family": case.family,
+        "op": case.op, "backend": case.backend, "variant": case.variant, "dtype": case.dtype,
+        "size_bytes": case.size_bytes, "count": None, "world_size": world.size,
+        "num_nodes": world.num_nodes, "ranks_per_node": world.local_size,
+        "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
+        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
+        "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
+        "status": "ok", "reason": "", "log": log,
+        **{k: v for k, v in case.params if k != "in_place"},
+    }
+
+
+def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
+    if fam.measure is not None:
+        samples = fam.measure(state, case.warmup, case.iters)
+        return list(samples), getattr(state, "timing_label", "kernel")
+    stream = getattr(state, "stream", None)
+    mode = case.timing
+    if stream is None:
+        mode = "host"
+    elif mode in ("auto", "host"):
+        mode = "events"
+    for _ in range(case.warmup):
+        fam.run(state)
+    if stream is not None:
+        stream.synchronize()
+    run = lambda: fam.run(state)  # noqa: E731
+    if mode == "host":
+        return timing.time_host(run, case.iters, world.barrier), mode
+    fn = {"events": timing.time_events, "pipelined": timing.time_pipelined, "graph": timing.time_graph}[mode]
+    return fn(run, stream, case.iters, world.barrier), mode
+
+
+def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dict]]:
+    """Measure one Case on every rank. Returns (row, samples) meaningful on rank 0."""
+    world = ctx.world
+    fam = get_family(case.family)
+    row = base_row(case, world, log)
+    reason = fam.unsupported(case)
+    if reason:
+        row.update(status="skipped", reason=reason)
+        return row, []
+    state = None
+    try:
+        state = _agree(world, lambda: fam.setup(case, ctx))
+        samples, mode = _agree(world, lambda: _time(fam, case, state, world))
+        wrong_local = _agree(world, lambda: int(fam.check(state)))
+    except _PhaseFailed as exc:
+        row.update(status=exc.status, reason=exc.reason)
+        _teardown(fam, state)
+        return row, []
+    wrong = world.sum_int(wrong_local)
+    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
+    extra = dict(getattr(state, "extra", {}) or {})
+    row["size_bytes"] = getattr(state, "size_bytes", case.size_bytes)
+    row["count"] = getattr(state, "count", None)
+    _teardown(fam, state)
+    if not world.is_root:
+        return row, []
+    per_iter = [max(vals) for vals in zip(*(g[3] for g in gathered))]
+    stats = metrics.summarize(per_iter)
+    traffic = fam.traffic(case, world.size)
+    algbw = metrics.gbps(traffic.algbw_bytes, stats["time_us"])
+    row.update(stats, timing=mode, algbw_gbps=algbw, busbw_gbps=algbw * traffic.bus_factor,
+               wrong=wrong, **extra)
+    if wrong:
+        row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
+    sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
+                    "time_us": t} for r, h, dev, ts in gathered for i, t in enumerate(ts)]
+    return row, sample_rows
+
+
+def _teardown(fam, state) -> None:
+    if state is None:
+        return
+    try:
+        fam.teardown(state)
+    except Exception:  # noqa: BLE001 - teardown problems must not lose the measured row
+        traceback.print_exc()
+
+
+class Progress:
+    """Rank 0 writes one JSON line per Case start/end; the parent process watches it."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def emit(self, event: str, case: Case, **kw) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"event": event, "case_id": case.case_id, "t": time.time(), **kw}) + "\n")
+            fh.flush()
+
+
+def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
+              progress: Progress | None = None, on_row=None) -> None:
+    """Run Cases in order on this rank; rank 0 stores each row as soon as it is measured."""
+    ctx = RankContext(world=world, device=select_device(world, cases))
+    progress = progress if (progress and world.is_root) else Progress(None)
+    try:
+        for case in cases:
+            progress.emit("start", case)
+            row, samples = measure_case(case, ctx, log)
+            if world.is_root:
+                folder.append_row(row)
+                if samples:
+                    folder.append_samples(samples)
+                if on_row:
+                    on_row(row)
+            progress.emit("done", case, status=row["status"])
+    finally:
+        for fn in reversed(ctx.closers):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - best-effort cleanup
+                traceback.print_exc()

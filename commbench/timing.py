@@ -1,0 +1,88 @@
+"""Timing modes (DESIGN section 5). Each returns this rank's per-iteration times in microseconds.
+
+The runner aligns ranks with a barrier before each timed batch; inside a batch
+ops are enqueued back to back, with no host sync, as nccl-tests does.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+PIPELINED_REPEATS = 5
+
+
+def _sync(stream) -> None:
+    stream.synchronize()
+
+
+def time_events(run: Callable[[], None], stream, iters: int, barrier: Callable[[], None]) -> list[float]:
+    """An event between consecutive ops: one sample per op, no sync inside the batch."""
+    import torch
+
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    _sync(stream)
+    barrier()
+    with torch.cuda.stream(stream):
+        events[0].record(stream)
+        for i in range(iters):
+            run()
+            events[i + 1].record(stream)
+    events[-1].synchronize()
+    return [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(iters)]
+
+
+def time_pipelined(run: Callable[[], None], stream, iters: int, barrier: Callable[[], None]) -> list[float]:
+    """One event pair around ``iters`` ops (nccl-tests' default loop); sample = batch time / iters.
+
+    Repeated PIPELINED_REPEATS times, each repeat one sample.
+    """
+    import torch
+
+    out = []
+    for _ in range(PIPELINED_REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        _sync(stream)
+        barrier()
+        with torch.cuda.stream(stream):
+            start.record(stream)
+            for _ in range(iters):
+                run()
+            end.record(stream)
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1e3 / iters)
+    return out
+
+
+def time_graph(run: Callable[[], None], stream, iters: int, barrier: Callable[[], None]) -> list[float]:
+    """Capture ``iters`` ops in one CUDA graph (no launch gaps), replay it; sample = replay / iters."""
+    import torch
+
+    _sync(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(iters):
+            run()
+    graph.replay()  # first replay uploads the graph
+    out = []
+    for _ in range(PIPELINED_REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        _sync(stream)
+        barrier()
+        with torch.cuda.stream(stream):
+            start.record(stream)
+            graph.replay()
+            end.record(stream)
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1e3 / iters)
+    del graph
+    return out
+
+
+def time_host(run: Callable[[], None], iters: int, barrier: Callable[[], None]) -> list[float]:
+    """Host clock around each (blocking) op; one barrier before the batch."""
+    barrier()
+    stamps = [time.perf_counter()]
+    for _ in range(iters):
+        run()
+        stamps.append(time.perf_counter())
+    return [(b - a) * 1e6 for a, b in zip(stamps, stamps[1:])]

@@ -1,0 +1,72 @@
+"""Safe YAML loading that remembers line numbers, for error messages that name the line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .errors import SuiteError
+
+
+class LineDict(dict):
+    """A dict from YAML that knows its own line and the line of each key (1-based)."""
+
+    line: int = 0
+    key_lines: dict
+
+    def line_of(self, key) -> int:
+        return self.key_lines.get(key, self.line)
+
+
+class LineList(list):
+    line: int = 0
+    item_lines: list
+
+    def line_of(self, index: int) -> int:
+        return self.item_lines[index] if index < len(self.item_lines) else self.line
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    loader.flatten_mapping(node)
+    out = LineDict()
+    out.line = node.start_mark.line + 1
+    out.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in out:
+            raise SuiteError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+        out[key] = loader.construct_object(value_node, deep=True)
+        out.key_lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
+    out = LineList(loader.construct_object(child, deep=True) for child in node.value)
+    out.line = node.start_mark.line + 1
+    out.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return out
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+
+
+def load_yaml(path: Path):
+    """Parse a YAML file with the safe loader; syntax errors become SuiteError naming file and line."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+    except SuiteError as exc:
+        raise SuiteError(f"{path}:{exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SuiteError(f"{where}: YAML syntax error: {problem}") from None
