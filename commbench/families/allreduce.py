@@ -60,12 +60,13 @@ class AllReduceFamily(Family):
 
     # --- measuring ---
     def setup(self, case: Case, ctx: RankContext):
-        if ctx.device == "cpu" or not str(ctx.device).startswith("cuda"):
-            raise SkipCase("allreduce needs a CUDA GPU")
         ordinal = int(str(ctx.device).partition(":")[2] or 0)
+        # The gate comes first, so a multicast Case is always skipped with the gate's reason.
         reason = gate.runtime_block_reason(case, ordinal)
         if reason:
             raise SkipCase(reason)
+        if not str(ctx.device).startswith("cuda"):
+            raise SkipCase("allreduce needs a CUDA GPU")
         if not gate.case_requests_multicast(case):
             gate.forbid_multicast_in_process()
         import torch
