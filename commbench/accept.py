@@ -80,6 +80,9 @@ def evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
     rows = select(run.results, rule)
     ok = rows[rows["status"] == "ok"] if "status" in rows.columns else rows
     desc = f"{rule.aggregate}({rule.metric}) over {len(ok)} ok of {len(rows)} selected rows"
+    if rule.min_rows == 0 and ok.empty:
+        return Verdict(rule.name, "rule", True, desc, "n/a",
+                       "not applicable: no rows selected (min_rows 0 makes this rule optional)")
     if len(ok) < max(rule.min_rows, 1):
         return Verdict(rule.name, "rule", False, desc, f"at least {max(rule.min_rows, 1)} ok rows",
                        "the selector matched too few ok rows (wrong selector, or points failed)")

@@ -12,6 +12,9 @@ A rules file (or an acceptance suite with a top-level ``rules:`` list) holds:
         # pct: 5                            # for within_pct_of (the baseline run comes from --baseline)
     localize: {min_excess_pct: 10}          # optional: name slow hosts/ranks from samples
     require_all_ok: true                    # optional: skipped rows fail too
+
+In an acceptance suite the same goes under one key, which `commbench run` ignores:
+``rules: {require_all_ok: true, localize: true, checks: [<rules as above>]}``.
 """
 from __future__ import annotations
 
@@ -27,14 +30,16 @@ from commbench.units import parse_size
 OPERATORS = (">=", "<=", "within_pct_of")
 AGGREGATES = ("min", "median", "max", "mean")
 RULE_KEYS = {"name", "select", "metric", "aggregate", "op", "value", "pct", "min_rows", "two_sided"}
-TOP_KEYS_RULES = {"rules", "localize", "require_all_ok"}
+NESTED_KEYS = {"checks", "localize", "require_all_ok"}
 SIZE_COLUMNS = {"size_bytes"}
 # Columns every run has (docs/results.md); families add more, checked against the data later.
 KNOWN_COLUMNS = {
     "suite", "bench", "case_id", "family", "op", "backend", "variant", "dtype", "size_bytes",
     "count", "world_size", "num_nodes", "ranks_per_node", "in_place", "warmup", "iters",
     "timing", "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps",
-    "busbw_gbps", "wrong", "status", "reason", "log"}
+    "busbw_gbps", "wrong", "status", "reason", "log",
+    # family columns named in docs/results.md: a rule on them simply matches no rows elsewhere
+    "nccl_algo", "nccl_proto", "tokens_per_s", "transport"}
 LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold"}
 
 
@@ -234,15 +239,26 @@ def load_rules(path) -> RuleSet:
         raise RulesError(f"{path}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(doc, dict) or "rules" not in doc:
         raise RulesError(f"{path}:1: field 'rules': missing; an acceptance file needs a 'rules:' list")
+    settings = doc
     raw_rules = doc["rules"]
+    if isinstance(raw_rules, dict):
+        # Nested form, for acceptance suites: the suite loader ignores everything under 'rules'.
+        unknown = sorted(set(map(str, raw_rules)) - NESTED_KEYS)
+        if unknown:
+            raise _fail(path, raw_rules.lines.get(unknown[0], raw_rules.line), f"rules.{unknown[0]}",
+                        f"unknown key; allowed: {sorted(NESTED_KEYS)}")
+        settings = raw_rules
+        raw_rules = raw_rules.get("checks")
     if not isinstance(raw_rules, list) or not raw_rules:
-        raise _fail(path, doc.lines.get("rules", 1), "rules", "expected a non-empty list of rules")
+        raise _fail(path, doc.lines.get("rules", 1), "rules",
+                    "expected a non-empty list of rules (or a mapping with a 'checks' list)")
     names: set = set()
     rules = [_rule(r, path, names) for r in raw_rules]
-    require = doc.get("require_all_ok", False)
+    require = settings.get("require_all_ok", False)
     if not isinstance(require, bool):
-        raise _fail(path, doc.lines.get("require_all_ok", 1), "require_all_ok", "expected true or false")
-    return RuleSet(rules=rules, localize=_localize(doc.get("localize"), path, doc.lines.get("localize", 1)),
+        raise _fail(path, settings.lines.get("require_all_ok", 1), "require_all_ok", "expected true or false")
+    return RuleSet(rules=rules, localize=_localize(settings.get("localize"), path,
+                                                   settings.lines.get("localize", 1)),
                    require_all_ok=require, path=path)
 
 
