@@ -1,0 +1,1 @@
+"""MoE expert-parallel dispatch/combine: routing, references, byte accounting, backends."""

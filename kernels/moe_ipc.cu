@@ -1,0 +1,38 @@
+// Host helpers for the MoE kernels: raw device allocations that can be shared
+// with CUDA IPC (torch's caching allocator hands out sub-blocks, which IPC
+// cannot address by themselves), handle export/import, and copies.
+#include <cuda_runtime.h>
+#include <string.h>
+
+extern "C" int moe_malloc(void** ptr, size_t bytes) {
+  cudaError_t e = cudaMalloc(ptr, bytes);
+  if (e != cudaSuccess) return int(e);
+  return int(cudaMemset(*ptr, 0, bytes));
+}
+
+extern "C" int moe_free(void* ptr) { return int(cudaFree(ptr)); }
+
+extern "C" int moe_ipc_handle_size() { return int(sizeof(cudaIpcMemHandle_t)); }
+
+extern "C" int moe_ipc_get(void* ptr, char* handle_out) {
+  cudaIpcMemHandle_t h;
+  cudaError_t e = cudaIpcGetMemHandle(&h, ptr);
+  if (e == cudaSuccess) memcpy(handle_out, &h, sizeof(h));
+  return int(e);
+}
+
+extern "C" int moe_ipc_open(const char* handle, void** ptr) {
+  cudaIpcMemHandle_t h;
+  memcpy(&h, handle, sizeof(h));
+  return int(cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess));
+}
+
+extern "C" int moe_ipc_close(void* ptr) { return int(cudaIpcCloseMemHandle(ptr)); }
+
+extern "C" int moe_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  return int(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+}
+
+extern "C" const char* moe_error_string(int code) {
+  return cudaGetErrorString(cudaError_t(code));
+}
