@@ -38,7 +38,7 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         if key in out:
-            raise SuiteError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+            raise SuiteError(f"{key_node.start_mark.line + 1}: {key}: duplicate key {key!r}")
         out[key] = loader.construct_object(value_node, deep=True)
         out.key_lines[key] = key_node.start_mark.line + 1
     return out

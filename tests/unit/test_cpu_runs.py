@@ -1,0 +1,133 @@
+"""End-to-end CPU runs with 2 ranks under mpiexec: mpi and gloo backends, results, resume, failures."""
+import json
+import textwrap
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from commbench import metrics
+from commbench.cli import cli
+from commbench.results import load, load_samples
+from tests.conftest import needs_mpi
+
+pytestmark = needs_mpi
+
+SUITE = """\
+name: e2e
+defaults: {ranks: 2, warmup: 1, iters: 4, timeout_s: 60, sizes: [64B, 4KiB, 96KiB]}
+benchmarks:
+  - name: mpi
+    family: collectives
+    backends: [mpi]
+    ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv]
+    dtypes: [float32, int32]
+    params: {in_place: [false, true], reduce_op: [sum, max]}
+  - name: gloo
+    family: collectives
+    backends: [gloo]
+    ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv]
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    suite = tmp / "e2e.yaml"
+    suite.write_text(SUITE)
+    out = tmp / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_every_supported_case_is_ok_and_correct(run_dir):
+    df = load(run_dir)
+    ok = df[df.status == "ok"]
+    skipped = df[df.status == "skipped"]
+    # only the ops without an in-place form are skipped, each with its reason
+    assert set(skipped.op) <= {"alltoall", "sendrecv"}
+    assert skipped.reason.str.contains("no in-place form").all()
+    assert (df.status.isin(["ok", "skipped"])).all(), df[~df.status.isin(["ok", "skipped"])][["op", "reason"]]
+    assert (ok.wrong == 0).all()
+    for backend in ("mpi", "gloo"):
+        assert set(ok[ok.backend == backend].op) == set(metrics.COLLECTIVE_OPS)
+
+
+def test_busbw_matches_formula(run_dir):
+    df = load(run_dir)
+    ok = df[df.status == "ok"]
+    for _, r in ok.iterrows():
+        elem = metrics.DTYPE_BYTES[r["dtype"]]
+        expect = metrics.busbw_gbps(r.op, int(r.size_bytes), elem, int(r.world_size), float(r.time_us))
+        assert r.busbw_gbps == pytest.approx(expect, rel=1e-9)
+        assert r.time_us_min <= r.time_us <= r.time_us_p90 <= r.time_us_max
+
+
+def test_samples_per_rank_and_iteration(run_dir):
+    df = load(run_dir)
+    s = load_samples(run_dir)
+    ok = df[df.status == "ok"]
+    assert set(s.case_id) == set(ok.case_id)
+    per_case = s.groupby("case_id").size()
+    assert (per_case == 2 * 4).all()  # 2 ranks x 4 iterations
+    # the row's median is the median over iterations of the slowest rank
+    cid = ok.case_id.iloc[0]
+    slowest = s[s.case_id == cid].groupby("iteration").time_us.max()
+    assert ok.set_index("case_id").loc[cid, "time_us"] == pytest.approx(slowest.median())
+
+
+def test_run_json_metadata_is_filtered(run_dir):
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["schema_version"] == 1
+    assert meta["suite"] == "e2e"
+    assert all(k.split("_")[0] + "_" in ("NCCL_", "NVSHMEM_", "CUDA_", "UCX_", "OMPI_", "TORCH_", "COMMBENCH_")
+               for k in meta["env"])
+    assert "PATH" not in meta["env"]
+    assert meta["launches"][0]["status"] == "ok"
+    assert (run_dir / "suite.yaml").exists() and (run_dir / "plan.json").exists()
+
+
+def test_plots_written(run_dir):
+    pngs = list((run_dir / "plots").glob("*.png"))
+    assert pngs and all(p.stat().st_size > 1000 for p in pngs)
+
+
+def test_existing_folder_is_not_overwritten(run_dir, tmp_path):
+    suite = tmp_path / "e2e.yaml"
+    suite.write_text(SUITE)
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(run_dir)])
+    assert result.exit_code == 2
+    assert "--resume" in result.output
+
+
+def test_resume_skips_finished_cases(run_dir, tmp_path):
+    suite = tmp_path / "e2e.yaml"
+    suite.write_text(SUITE)
+    before = len(load(run_dir))
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(run_dir), "--resume", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert len(load(run_dir)) == before
+
+
+def test_hang_and_crash_become_rows_and_the_run_goes_on(tmp_path):
+    suite = tmp_path / "faults.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: faults
+        defaults: {ranks: 2, warmup: 1, iters: 3, sizes: [8B]}
+        benchmarks:
+          - {name: before, family: harness, ops: [barrier]}
+          - {name: hang, family: harness, ops: [hang], timeout_s: 3}
+          - {name: crash, family: harness, ops: [crash]}
+          - {name: after, family: harness, ops: [barrier]}
+        """))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    df = load(out).set_index("bench")
+    assert df.loc["before", "status"] == "ok"
+    assert df.loc["hang", "status"] == "timeout"
+    assert "logs/launch-0.log" in df.loc["hang", "reason"]
+    assert df.loc["crash", "status"] == "failed"
+    assert df.loc["after", "status"] == "ok"  # relaunched after the failures
+    assert df.loc["after", "time_us"] > 0
