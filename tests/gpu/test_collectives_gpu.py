@@ -1,0 +1,46 @@
+"""NCCL collectives on the GPUs of this machine (one rank per GPU), through the real launcher."""
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from commbench import metrics
+from commbench.cli import cli
+from commbench.gpus import gpu_count
+from commbench.results import load
+from tests.conftest import needs_gpu, needs_mpi
+
+pytestmark = [pytest.mark.gpu, needs_gpu, needs_mpi]
+
+
+def test_nccl_all_ops_correct(tmp_path):
+    suite = tmp_path / "g.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: gpu-smoke
+        defaults: {ranks: all, warmup: 2, iters: 5, timeout_s: 120}
+        benchmarks:
+          - name: nccl
+            family: collectives
+            backends: [nccl]
+            ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv]
+            dtypes: [float32, bfloat16, float16, int32]
+            sizes: [8B, 1MiB, 64MiB]
+            params: {in_place: [false, true]}
+          - name: graph
+            family: collectives
+            backends: [nccl]
+            ops: [all_reduce]
+            sizes: [1KiB]
+            timing: [graph]
+        """).replace("timing: [graph]", "timing: graph"))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    df = load(out)
+    bad = df[~df.status.isin(["ok", "skipped"])]
+    assert bad.empty, bad[["op", "dtype", "size_bytes", "status", "reason"]].to_string()
+    assert (df[df.status == "ok"].wrong == 0).all()
+    assert set(df[df.status == "ok"].op) == set(metrics.COLLECTIVE_OPS)
+    assert (df.world_size == max(1, gpu_count())).all()
+    graph = df[df.bench == "graph"]
+    assert (graph.timing == "graph").all() and (graph.status == "ok").all()
