@@ -120,6 +120,11 @@ def _size_or_number(column: str, value: Any, where) -> float:
             return float(parse_size(value))
         except ValueError as exc:
             raise where(str(exc)) from None
+    if isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads '1e9' as a string
+        except ValueError:
+            pass
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise where(f"expected a number, got {value!r}")
     return float(value)

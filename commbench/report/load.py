@@ -58,7 +58,7 @@ def load_run(path) -> Run:
             results[col] = pd.to_numeric(results[col], errors="coerce")
     for col in ("status", "reason", "op", "backend", "variant", "dtype", "family"):
         if col in results.columns:
-            results[col] = results[col].fillna("").astype(str)
+            results[col] = results[col].astype(object).where(results[col].notna(), "").astype(str)
     if "wrong" in results.columns:
         results["wrong"] = results["wrong"].fillna(0)
     samples_path = path / "samples.csv"
