@@ -19,10 +19,11 @@ COMBINE_ATOL = 1e-3
 
 
 def packed_rows(p: Problem, rank: int, device) -> torch.Tensor:
-    """What rank ``rank`` sends per token: BF16 row as int16, or FP8 bytes + scale bytes."""
+    """What rank ``rank`` sends per token: the BF16 row, or FP8 bytes + scale bytes
+    (NCCL has no 16-bit integer type, so BF16 rows travel as BF16)."""
     x = ref.make_tokens(rank, p.tokens, p.hidden, device)
     if not p.fp8:
-        return x.view(torch.int16)
+        return x
     fp8, scales = ref.quantize_fp8(x)
     return torch.cat([fp8.view(torch.uint8), scales.contiguous().view(torch.uint8)], dim=1)
 
@@ -30,7 +31,7 @@ def packed_rows(p: Problem, rank: int, device) -> torch.Tensor:
 def unpack_rows(p: Problem, rows: torch.Tensor) -> torch.Tensor:
     """Packed received rows -> BF16 expert inputs (dequantised for FP8)."""
     if not p.fp8:
-        return rows.view(torch.bfloat16)
+        return rows
     fp8 = rows[:, :p.hidden].contiguous().view(torch.float8_e4m3fn)
     scales = rows[:, p.hidden:].contiguous().view(torch.float32)
     return ref.dequantize_fp8(fp8, scales).to(torch.bfloat16)

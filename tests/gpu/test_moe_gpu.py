@@ -1,0 +1,138 @@
+"""GPU checks of the moe family, straight through setup/run/check (no runner).
+
+pytest (1 rank):   pytest tests/gpu/test_moe_gpu.py
+several ranks:     mpirun -np 4 python3 tests/gpu/test_moe_gpu.py OUT.jsonl
+Ranks may share one GPU (CUDA IPC works there); NCCL baselines then skip.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import pytest
+import torch
+
+from commbench.errors import SkipCase
+from commbench.families import get_family
+from commbench.families.base import Case, RankContext
+
+NO_GPU = not torch.cuda.is_available()
+SMALL = {"hidden": 2048, "topk": 4, "experts": 16, "num_sms": 8}
+DEEPEP = {"hidden": 7168, "topk": 8, "experts": 256, "num_sms": 24, "seed": 1}
+DEEPEP_LL = {"hidden": 7168, "topk": 8, "experts": 288, "num_sms": 132, "seed": 1}
+
+
+def make_case(op, backend, dtype, tokens, params, ranks, iters=10):
+    return Case(suite="gpu-test", bench="moe", family="moe", op=op, backend=backend,
+                variant="default", env=(), dtype=dtype, size_bytes=tokens * params["hidden"] * 2,
+                params=tuple(sorted(params.items())), warmup=3, iters=iters, timing="events",
+                ranks=ranks, ranks_per_node=ranks, timeout_s=120)
+
+
+def measure(case: Case, ctx: RankContext) -> dict:
+    """setup, warm-up, per-iteration CUDA-event times, check, teardown; row on every rank."""
+    fam, world = get_family("moe"), ctx.world
+    row = {"op": case.op, "backend": case.backend, "dtype": case.dtype, "ranks": world.size,
+           **dict(case.params), "size_bytes": case.size_bytes}
+    reason = fam.unsupported(case)
+    if reason:
+        return {**row, "status": "skipped", "reason": reason}
+    try:
+        state = fam.setup(case, ctx)
+    except SkipCase as exc:
+        world.barrier()
+        return {**row, "status": "skipped", "reason": str(exc)}
+    for _ in range(case.warmup):
+        fam.run(state)
+    state.stream.synchronize()
+    world.barrier()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(case.iters + 1)]
+    events[0].record(state.stream)
+    for i in range(case.iters):
+        fam.run(state)
+        events[i + 1].record(state.stream)
+    state.stream.synchronize()
+    times = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(case.iters)]
+    wrong = world.sum_int(fam.check(state))
+    fam.teardown(state)
+    slowest = [max(v) for v in zip(*world.allgather(times))]
+    t_us = statistics.median(slowest)
+    traffic = fam.traffic(case, world.size)
+    gbps = traffic.algbw_bytes / t_us / 1e3
+    return {**row, "status": "ok" if wrong == 0 else "wrong", "wrong": wrong,
+            "time_us": round(t_us, 2), "time_us_p90": round(sorted(slowest)[int(0.9 * (len(slowest) - 1))], 2),
+            "deepep_gbps": round(gbps, 2), "link_gbps": round(gbps * traffic.bus_factor, 2),
+            "tokens_per_s": round(state.count / t_us * 1e6), **{
+                k: (round(v, 9) if isinstance(v, float) else v) for k, v in state.extra.items()}}
+
+
+def plan(ranks: int) -> list[Case]:
+    cases = []
+    for routing in ("random", "group", "zipf"):
+        p = {**SMALL, "routing": routing}
+        for backend in ("ipc", "ipc_ll"):
+            for op, dtype in (("dispatch", "bfloat16"), ("dispatch", "float8_e4m3"),
+                              ("combine", "bfloat16")):
+                if routing == "random" or op == "dispatch":
+                    cases.append(make_case(op, backend, dtype, 128, p, ranks))
+    if ranks == 1:
+        for backend in ("ipc", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep"):
+            for op, dtype in (("dispatch", "bfloat16"), ("dispatch", "float8_e4m3"),
+                              ("combine", "bfloat16")):
+                cases.append(make_case(op, backend, dtype, 4096, DEEPEP, 1, iters=20))
+        for backend in ("ipc_ll", "nvshmem_ll", "nccl_a2a"):
+            for op, dtype in (("dispatch", "bfloat16"), ("dispatch", "float8_e4m3"),
+                              ("combine", "bfloat16")):
+                cases.append(make_case(op, backend, dtype, 128, DEEPEP_LL, 1, iters=20))
+    return cases
+
+
+def make_ctx() -> RankContext:
+    from commbench.world import build_world
+
+    world = build_world()
+    dev = world.local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(dev)
+    return RankContext(world=world, device=f"cuda:{dev}")
+
+
+def close(ctx: RankContext) -> None:
+    for fn in reversed(ctx.closers):
+        fn()
+
+
+@pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU")
+def test_small_shapes_one_rank_are_correct():
+    ctx = make_ctx()
+    try:
+        for case in plan(1)[:12]:
+            row = measure(case, ctx)
+            assert row["status"] == "ok", row
+            assert row["calc_diff"] < (5e-4 if case.dtype == "float8_e4m3" else 5e-6)
+    finally:
+        close(ctx)
+
+
+def main(out_path: str) -> int:
+    ctx = make_ctx()
+    bad = 0
+    try:
+        for case in plan(ctx.world.size):
+            try:
+                row = measure(case, ctx)
+            except Exception as exc:  # noqa: BLE001 - record the failure and go on to the next Case
+                row = {"op": case.op, "backend": case.backend, "dtype": case.dtype,
+                       "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500]}
+            bad += row["status"] in ("wrong", "failed")
+            if ctx.world.is_root:
+                print(json.dumps(row), flush=True)
+                with open(out_path, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+    finally:
+        close(ctx)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
