@@ -36,7 +36,7 @@ int cb_boot_init(const void *uid_bytes, int rank, int nranks) {
                                 &attr, version);
 }
 
-int cb_boot_attach() { return commbench_nvshmem_attach(); }
+int cb_boot_set_device(int device) { return (int)cudaSetDevice(device); }
 int cb_boot_status() { return nvshmemx_init_status(); }
 int cb_boot_my_pe() { return nvshmem_my_pe(); }
 int cb_boot_n_pes() { return nvshmem_n_pes(); }

@@ -55,7 +55,7 @@ __global__ void k_coll(int op, int dtype, void *dst, const void *src, size_t cou
 
 extern "C" {
 
-int cb_coll_attach() { return commbench_nvshmem_attach(); }
+int cb_coll_attach(int device) { return commbench_nvshmem_attach(device); }
 
 int cb_coll_host(int op, int dtype, void *dst, const void *src, size_t count, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;

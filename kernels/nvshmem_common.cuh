@@ -20,7 +20,11 @@
 #define CB_NS_TIMEOUT -101
 
 // Register this module's device state with an NVSHMEM instance that is already initialised.
-static inline int commbench_nvshmem_attach() {
+// `device` is the rank's GPU: each library carries its own CUDA runtime state,
+// so it has to be told which device its launches go to.
+static inline int commbench_nvshmem_attach(int device) {
+    cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) return (int)err;
     if (nvshmemx_init_status() < NVSHMEM_STATUS_IS_INITIALIZED) return CB_NS_NOT_INITIALISED;
     int provided = 0;
     nvshmemi_version_t version = {NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION,

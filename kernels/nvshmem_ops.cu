@@ -70,7 +70,8 @@ __device__ __forceinline__ void rma(char *dst, const char *src, size_t n, int pe
 // put/get bandwidth: every unit moves its chunk `reps` times, then the PE quiets.
 __global__ void k_rma_bw(char *dst, const char *src, size_t bytes, int pe, int scope, int nbi,
                          int is_get, int reps) {
-    // A unit whose chunk is empty still has to join block/warp collectives of the API.
+    // A chunk is the same for every thread of its warp/block, so skipping an
+    // empty one never splits a warp- or block-scoped call.
     Chunk c = my_chunk(bytes, scope);
     for (int r = 0; r < reps; ++r)
         rma(dst + c.begin, src + c.begin, c.end - c.begin, pe, scope, nbi != 0, is_get != 0);
@@ -99,11 +100,12 @@ __global__ void k_fetch_add(uint64_t *target, uint64_t *fetched, size_t words, u
 // a receiving PE waits until its own signal reached `expect` (bounded wait).
 __global__ void k_put_signal(char *dst, const char *src, size_t bytes, uint64_t *sig, int pe,
                              int send, uint64_t expect, uint64_t timeout_ns, int *err) {
-    if (send) {
-        Chunk c = my_chunk(bytes, SCOPE_BLOCK);
+    // Only blocks that own bytes send (and signal), so the receiver expects
+    // ceil(bytes / chunk) signals per launch, the same count the host computes.
+    Chunk c = my_chunk(bytes, SCOPE_BLOCK);
+    if (send && c.end > c.begin)
         nvshmemx_putmem_signal_nbi_block(dst + c.begin, src + c.begin, c.end - c.begin, sig, 1,
                                          NVSHMEM_SIGNAL_ADD, pe);
-    }
     if (expect && blockIdx.x == 0 && threadIdx.x == 0) cb_wait_signal_ge(sig, expect, timeout_ns, err);
 }
 
@@ -145,7 +147,7 @@ __global__ void k_pingpong(char *dst, const char *src, size_t bytes, uint64_t *s
 
 extern "C" {
 
-int cb_ops_attach() { return commbench_nvshmem_attach(); }
+int cb_ops_attach(int device) { return commbench_nvshmem_attach(device); }
 
 int cb_rma_bw(void *dst, const void *src, size_t bytes, int pe, int scope, int nbi, int is_get,
               int reps, int num_ctas, int threads, void *stream) {
