@@ -205,7 +205,13 @@ def resolve_debug_file(pattern: str | None = None, *, host: str | None = None,
         return None
     host = socket.gethostname() if host is None else host
     pid = os.getpid() if pid is None else pid
-    return Path(pattern.replace("%h", host).replace("%p", str(pid)))
+    path = Path(pattern.replace("%h", host).replace("%p", str(pid)))
+    if not path.exists() and "%h" in pattern:
+        # NCCL cuts the host name at the first '.', so the FQDN may not match: look it up.
+        found = sorted(Path(pattern).parent.glob(Path(pattern).name.replace("%h", "*").replace("%p", str(pid))))
+        if len(found) == 1:
+            return found[0]
+    return path
 
 
 class LogCursor:

@@ -36,8 +36,9 @@ def _comm(ctx) -> nccl_lib.Comm:
         # A user's own NCCL_DEBUG_FILE is kept (debug_env never replaces it).
         target = "." if os.environ.get("NCCL_DEBUG_FILE") else log_dir(ctx)
         os.environ.update(nccl_log.debug_env(target))
-        ctx.cache[_LOG_KEY] = nccl_log.resolve_debug_file()
         comm = nccl_lib.Comm(ctx.world)
+        # Resolved after init: NCCL has opened (created) its file by then.
+        ctx.cache[_LOG_KEY] = nccl_log.resolve_debug_file()
         ctx.cache[_COMM_KEY] = comm
         ctx.on_close(comm.destroy)
     return ctx.cache[_COMM_KEY]

@@ -35,6 +35,9 @@ def setup(case, ctx) -> ArState:
             def op() -> None:
                 result["out"] = ops.one_shot_all_reduce(inp, "sum", group)
     elif case.backend == "torch_two_shot":
+        if not hasattr(ops, "two_shot_all_reduce_out"):
+            raise SkipCase(f"torch {torch.__version__} has no symm_mem.two_shot_all_reduce_out")
+
         def op() -> None:
             ops.two_shot_all_reduce_out(inp, "sum", group, out)
     elif case.backend == "torch_multimem":

@@ -37,8 +37,10 @@ def _make_store(world):
     from torch.distributed import TCPStore
 
     if world.rank == 0:
-        store = TCPStore(socket.gethostname(), 0, world.size, is_master=True, wait_for_workers=False)
-        addr = (socket.gethostname(), store.port)
+        # One node: loopback needs no name resolution. Several: rank 0's host name.
+        host = "127.0.0.1" if world.num_nodes == 1 else socket.gethostname()
+        store = TCPStore(host, 0, world.size, is_master=True, wait_for_workers=False)
+        addr = (host, store.port)
     else:
         store, addr = None, None
     addr = world.comm.bcast(addr, root=0)

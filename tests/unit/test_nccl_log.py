@@ -119,3 +119,9 @@ def test_real_h200_logs_parse_if_present():
         for c in nccl_log.parse_tuning(text):
             assert c.algo in nccl_log.ALGOS + (nccl_log.SYMMETRIC,)
             assert c.proto in nccl_log.PROTOS + ("",)
+
+
+def test_resolve_debug_file_finds_short_host_name(tmp_path):
+    (tmp_path / "nccl-node7-99.log").write_text("")
+    got = nccl_log.resolve_debug_file(str(tmp_path / "nccl-%h-%p.log"), host="node7.cluster.local", pid=99)
+    assert got == tmp_path / "nccl-node7-99.log"

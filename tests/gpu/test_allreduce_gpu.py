@@ -1,0 +1,238 @@
+"""allreduce family on a GPU machine: correctness with several ranks sharing one GPU.
+
+Run with pytest; each test starts this file under mpirun as a small driver
+(setup, warm-up, CUDA-event timing, check, teardown per Case) and asserts on
+the rows it prints. Set COMMBENCH_GPU_OUT=<dir> to keep the rows (JSON lines)
+and NCCL's debug logs. Several ranks on one GPU prove correctness, not speed;
+NCCL refuses two ranks on one GPU, so NCCL runs with one rank here.
+Multicast Cases must come out skipped: our machines set the kill switches.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KILL_SWITCHES = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _mpirun() -> str | None:
+    return os.environ.get("COMMBENCH_MPIEXEC") or shutil.which("mpirun") or shutil.which("mpiexec")
+
+
+needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="no CUDA GPU visible: allreduce GPU tests need one")
+needs_mpi = pytest.mark.skipif(_mpirun() is None, reason="no mpirun/mpiexec on PATH")
+
+
+def run_driver(ranks: int, backends: list[str], *, sizes=("8B", "4KiB", "1MiB"), dtypes=("float32", "bfloat16"),
+               env: dict | None = None, params: dict | None = None, tag: str = "run", timeout_s: int = 120):
+    """Start the driver under mpirun and return its rows (rank 0's JSON lines)."""
+    out_root = Path(os.environ.get("COMMBENCH_GPU_OUT", "/tmp/commbench-gpu-out"))
+    out_root.mkdir(parents=True, exist_ok=True)
+    rows_path = out_root / f"rows-{tag}.jsonl"
+    rows_path.unlink(missing_ok=True)
+    child_env = {**os.environ, **(env or {}), **KILL_SWITCHES,
+                 "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "PYTHONPATH": str(ROOT),
+                 "COMMBENCH_LOG_DIR": str(out_root / f"logs-{tag}"), "PYTHONUNBUFFERED": "1"}
+    forwarded = sorted(set(KILL_SWITCHES) | set(env or {}) | {
+        "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "PYTHONPATH", "COMMBENCH_LOG_DIR", "PYTHONUNBUFFERED",
+        "COMMBENCH_JIT_CACHE"} & set(child_env))
+    argv = [_mpirun(), "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
+    for key in forwarded:
+        argv += ["-x", key]
+    argv += [sys.executable, str(Path(__file__).resolve()), "--rows", str(rows_path),
+             "--backends", *backends, "--sizes", *sizes, "--dtypes", *dtypes,
+             "--params", json.dumps(params or {}), "--env-json", json.dumps(env or {})]
+    proc = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=timeout_s)
+    (out_root / f"driver-{tag}.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads(line) for line in rows_path.read_text().splitlines()]
+
+
+def _assert_all_ok(rows, expected_count):
+    assert len(rows) == expected_count, rows
+    for row in rows:
+        assert row["status"] == "ok", row
+        assert row["wrong"] == 0, row
+
+
+@needs_gpu
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_own_kernels_correct_with_ranks_sharing_the_gpu(ranks):
+    rows = run_driver(ranks, ["cb_one_shot", "cb_two_shot"], sizes=("8B", "4KiB", "1MiB", "3000000B"),
+                      tag=f"cb-{ranks}")
+    _assert_all_ok(rows, 2 * 2 * 4)
+
+
+@needs_gpu
+@needs_mpi
+def test_own_kernels_over_torch_symmetric_memory():
+    rows = run_driver(2, ["cb_two_shot"], sizes=("4KiB", "1MiB"), dtypes=("bfloat16",),
+                      params={"peer_memory": "torch_symm"}, tag="cb-symm")
+    _assert_all_ok(rows, 2)
+
+
+@needs_gpu
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_torch_one_and_two_shot(ranks):
+    rows = run_driver(ranks, ["torch_one_shot", "torch_two_shot"], sizes=("4KiB", "1MiB"), tag=f"torch-{ranks}")
+    assert len(rows) == 2 * 2 * 2
+    for row in rows:
+        assert row["status"] in ("ok", "skipped"), row
+        if row["status"] == "ok":
+            assert row["wrong"] == 0, row
+    assert any(r["status"] == "ok" for r in rows)
+
+
+@needs_gpu
+@needs_mpi
+@pytest.mark.parametrize("algo", ["", "Ring"])
+def test_nccl_one_rank_and_tuning_log(algo):
+    env = {"NCCL_ALGO": algo} if algo else {}
+    rows = run_driver(1, ["nccl", "nccl_symm"], sizes=("8B", "1MiB", "64MiB"), dtypes=("float32",),
+                      env=env, tag=f"nccl-{algo or 'auto'}")
+    assert len(rows) == 6
+    for row in rows:
+        assert row["status"] in ("ok", "skipped"), row
+        if row["status"] == "ok":
+            assert row["wrong"] == 0 and row["nccl_version"], row
+            assert row["nccl_algo_forced"] == algo
+    assert all(r["status"] == "ok" for r in rows if r["backend"] == "nccl")
+
+
+@needs_gpu
+@needs_mpi
+def test_multicast_cases_are_skipped_with_the_kill_switch_reason():
+    rows = run_driver(1, ["nccl", "torch_multimem"], sizes=("1MiB",), dtypes=("float32",),
+                      env={"NCCL_ALGO": "NVLS"}, params={"allow_multicast": True}, tag="multicast")
+    assert len(rows) == 2
+    for row in rows:
+        assert row["status"] == "skipped", row
+        assert row["reason"].startswith("multicast disabled by site kill switch ("), row
+        assert "time_us" not in row  # nothing was launched
+
+
+# ---------------------------------------------------------------- driver (under mpirun)
+
+class _World:
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.hostname = socket.gethostname()
+        hosts = comm.allgather(self.hostname)
+        self.num_nodes = len(set(hosts))
+        self.local_rank = hosts[: self.rank].count(self.hostname)
+        self.local_size = hosts.count(self.hostname)
+        self.is_root = self.rank == 0
+
+    def barrier(self):
+        self.comm.Barrier()
+
+
+def _measure(fam, case, ctx, world) -> dict:
+    import torch
+
+    from commbench.errors import SkipCase
+
+    row = {"backend": case.backend, "dtype": case.dtype, "size_bytes": case.size_bytes, "ranks": world.size}
+    reason = fam.unsupported(case)
+    if reason:
+        return {**row, "status": "skipped", "reason": reason}
+    try:
+        state = fam.setup(case, ctx)
+    except SkipCase as exc:
+        return {**row, "status": "skipped", "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - record and go on; the test asserts on the row
+        return {**row, "status": "failed", "reason": f"setup: {type(exc).__name__}: {exc}"}
+    try:
+        for _ in range(case.warmup):
+            fam.run(state)
+        state.stream.synchronize()
+        world.barrier()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(case.iters + 1)]
+        events[0].record(state.stream)
+        for i in range(case.iters):
+            fam.run(state)
+            events[i + 1].record(state.stream)
+        state.stream.synchronize()
+        times = [events[i].elapsed_time(events[i + 1]) * 1000.0 for i in range(case.iters)]
+        slowest = [max(v) for v in zip(*world.comm.allgather(times))]
+        wrong = world.comm.allreduce(int(fam.check(state)))
+        extra = dict(state.extra)
+    except Exception as exc:  # noqa: BLE001 - record and go on; the test asserts on the row
+        return {**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+    finally:
+        fam.teardown(state)
+    slowest.sort()
+    median = slowest[len(slowest) // 2]
+    busbw = fam.traffic(case, world.size)
+    return {**row, "status": "ok" if wrong == 0 else "wrong", "wrong": wrong, "time_us": median,
+            "time_us_min": slowest[0], "busbw_gbps": case.size_bytes / median / 1e3 * busbw.bus_factor,
+            **extra}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", required=True)
+    ap.add_argument("--backends", nargs="+", required=True)
+    ap.add_argument("--sizes", nargs="+", required=True)
+    ap.add_argument("--dtypes", nargs="+", required=True)
+    ap.add_argument("--params", default="{}")
+    ap.add_argument("--env-json", default="{}")
+    ap.add_argument("--iters", type=int, default=5)
+    args = ap.parse_args(argv)
+    from mpi4py import MPI
+
+    from commbench.families import get_family
+    from commbench.families.base import Case, RankContext
+    from commbench.units import parse_size
+
+    world = _World(MPI.COMM_WORLD)
+    import torch
+
+    torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
+    ctx = RankContext(world=world, device=f"cuda:{torch.cuda.current_device()}")
+    fam = get_family("allreduce")
+    params = tuple(sorted(json.loads(args.params).items()))
+    env = tuple(sorted(json.loads(args.env_json).items()))
+    rows = []
+    try:
+        for backend in args.backends:
+            for dtype in args.dtypes:
+                for size in args.sizes:
+                    case = Case(suite="gpu-test", bench="gpu", family="allreduce", op="all_reduce",
+                                backend=backend, variant="default", env=env, dtype=dtype,
+                                size_bytes=parse_size(size), params=params, warmup=2, iters=args.iters,
+                                timing="events", ranks=world.size, ranks_per_node=world.size, timeout_s=60)
+                    rows.append(_measure(fam, case, ctx, world))
+                    if world.is_root:
+                        print(json.dumps(rows[-1]), flush=True)
+    finally:
+        for fn in reversed(ctx.closers):
+            fn()
+    if world.is_root:
+        Path(args.rows).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())
