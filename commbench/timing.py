@@ -59,9 +59,12 @@ def time_graph(run: Callable[[], None], stream, iters: int, barrier: Callable[[]
 
     _sync(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
+    capture = torch.cuda.Stream()  # capture must not use the legacy default stream
+    capture.wait_stream(stream)
+    with torch.cuda.graph(graph, stream=capture):
         for _ in range(iters):
             run()
+    stream.wait_stream(capture)
     graph.replay()  # first replay uploads the graph
     out = []
     for _ in range(PIPELINED_REPEATS):

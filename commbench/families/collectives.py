@@ -35,7 +35,7 @@ class Collectives(Family):
     name = "collectives"
     summary = "NCCL/gloo/MPI collectives with nccl-tests' algbw and busbw"
     ops = metrics.COLLECTIVE_OPS
-    backends = ("nccl", "gloo", "mpi")
+    backends = ("nccl", "torch_nccl", "gloo", "mpi")
     dtypes = ("float32", "bfloat16", "float16", "int32")
     default_dtype = "float32"
     needs_gpu = True
@@ -66,7 +66,7 @@ class Collectives(Family):
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
         stream = None
-        if case.backend == "nccl":
+        if case.backend in ("nccl", "torch_nccl"):
             import torch
 
             if not ctx.device.startswith("cuda"):
@@ -79,7 +79,12 @@ class Collectives(Family):
         else:
             device = "cpu"
         bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place)
-        if case.backend == "mpi":
+        if case.backend == "nccl":
+            from ..collectives import nccl_direct
+
+            nccl, comm = nccl_direct.communicator(ctx)
+            runner = nccl_direct.make_runner(case.op, bufs, nccl, comm, n, rank, case.dtype, rop)
+        elif case.backend == "mpi":
             from ..collectives import mpi_ops
 
             if in_place and case.op == "reduce_scatter":
@@ -91,7 +96,7 @@ class Collectives(Family):
             torch_ops.process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if case.op in REDUCING else ""}
-        if case.backend != "mpi" and not in_place and case.op in COPY_ADDED:
+        if case.backend in ("torch_nccl", "gloo") and not in_place and case.op in COPY_ADDED:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
                                count, size_bytes, stream, extra)

@@ -21,15 +21,15 @@ def test_nccl_all_ops_correct(tmp_path):
         benchmarks:
           - name: nccl
             family: collectives
-            backends: [nccl]
+            backends: [nccl, torch_nccl]
             ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv]
             dtypes: [float32, bfloat16, float16, int32]
             sizes: [8B, 1MiB, 64MiB]
             params: {in_place: [false, true]}
           - name: graph
             family: collectives
-            backends: [nccl]
-            ops: [all_reduce]
+            backends: [nccl, torch_nccl]
+            ops: [all_reduce, alltoall]
             sizes: [1KiB]
             timing: [graph]
         """).replace("timing: [graph]", "timing: graph"))
