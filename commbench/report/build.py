@@ -57,3 +57,19 @@ def build_report(runs: list[Run]) -> Document:
     sec.sub("Wrong results (wrong > 0)").table(tables.wrong_rows(df))
     sec.sub("Skipped, failed and timed-out points").table(tables.not_ok_rows(df))
     return doc
+
+
+def write_report(run_dirs, out=None):
+    """Load run folders and write the HTML report and its Markdown twin; return both paths.
+
+    Default out: RUN/report.html for one run. ``commbench run`` may call this at the end.
+    """
+    from pathlib import Path
+
+    from . import html, markdown
+    from .load import load_run
+
+    runs = [load_run(d) for d in run_dirs]
+    html_path = Path(out) if out is not None else runs[0].path / "report.html"
+    doc = build_report(runs)
+    return html.write(doc, html_path), markdown.write(doc, html_path.with_suffix(".md"))

@@ -61,3 +61,14 @@ def test_not_a_run_folder_is_a_clear_error(tmp_path):
     res = CliRunner().invoke(report_cmd, [str(tmp_path)])
     assert isinstance(res.exception, RunFolderError)
     assert "not a run folder" in str(res.exception)
+
+
+def test_write_report_defaults_into_the_run_folder(tmp_path):
+    import shutil
+
+    from commbench.report.build import write_report
+
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "cpu-base", run)
+    html_path, md_path = write_report([run])
+    assert html_path == run / "report.html" and md_path.read_text().startswith("# commbench report")
