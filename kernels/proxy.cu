@@ -125,9 +125,12 @@ int proxy_enable_peer(int device, int peer) {
   cudaError_t e = cudaDeviceCanAccessPeer(&can, device, peer);
   if (e != cudaSuccess) return (int)e;
   if (!can) return (int)cudaErrorPeerAccessUnsupported;
+  int prev = 0;
+  cudaGetDevice(&prev);
   cudaSetDevice(device);
   e = cudaDeviceEnablePeerAccess(peer, 0);
   if (e == cudaErrorPeerAccessAlreadyEnabled) { cudaGetLastError(); e = cudaSuccess; }
+  cudaSetDevice(prev);
   return (int)e;
 }
 

@@ -75,7 +75,7 @@ class Engine {
       if (!host_.slots || !host_.heads || !host_.tails || !host_.done) return -1;
       dev_ = host_;
     } else {
-      int e = (int)cudaSetDevice(cfg_.device);
+      int e = 0;
       const unsigned flags = cudaHostAllocMapped | cudaHostAllocPortable;
       if (!e) e = (int)cudaHostAlloc((void**)&host_.slots, slot_bytes, flags);
       if (!e) e = (int)cudaHostAlloc((void**)&host_.tails, tail_bytes, flags);
@@ -95,6 +95,8 @@ class Engine {
     expect_pseq_.assign(cfg_.num_producers, 0);
     executed_.assign(cfg_.num_producers, 0);
     stats_.reset(new ThreadStats[cfg_.num_rings]);
+    int prev_device = 0;
+    if (!cfg_.host_only) cudaGetDevice(&prev_device);  // executors bind streams; restore the caller's device
     for (uint32_t r = 0; r < cfg_.num_rings; ++r) {
       std::unique_ptr<Executor> ex;
       if (cfg_.executor == 1 && !cfg_.host_only) {
@@ -106,6 +108,7 @@ class Engine {
       }
       executors_.push_back(std::move(ex));
     }
+    if (!cfg_.host_only) cudaSetDevice(prev_device);
     for (uint32_t r = 0; r < cfg_.num_rings; ++r) threads_.emplace_back([this, r] { loop(r); });
     return 0;
   }
@@ -182,7 +185,9 @@ class Engine {
       }
       int e = kept ? ex.transfer(batch.data(), (int)kept) : 0;
       for (uint32_t p : touched) {
-        if (!e) e = ex.signal(dev_.done + (size_t)p * kDoneStride, executed_[p]);
+        // the copy engine writes through the device mapping, the ack executor from the CPU
+        uint32_t* word = (cfg_.executor == 1 ? dev_.done : host_.done) + (size_t)p * kDoneStride;
+        if (!e) e = ex.signal(word, executed_[p]);
         is_touched[p] = 0;
       }
       touched.clear();
