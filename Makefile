@@ -18,13 +18,10 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/commbench run suites/quickstart.yaml --out results/demo-$$(date -u +%Y%m%dT%H%M%SZ)
-	@latest=$$(ls -d results/demo-* | tail -n 1); \
-	$(BIN)/commbench report $$latest --out $$latest/report.html && \
-	echo "results: $$latest/results.csv" && echo "report:  $$latest/report.html (and report.md)"
+	$(BIN)/commbench run suites/quickstart.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
 clean:
-	rm -rf $(VENV) results/demo-*
+	rm -rf $(VENV) results/*-quickstart*

@@ -116,17 +116,15 @@ def info(as_json: bool):
         Console().print(sysinfo.format_info(data))
 
 
-def _add_optional_commands() -> None:
-    try:
-        from .report.commands import accept_cmd, compare_cmd, report_cmd
-    except ImportError:
-        return
+def _add_report_commands() -> None:
+    from .report.commands import accept_cmd, compare_cmd, report_cmd
+
     cli.add_command(report_cmd, "report")
     cli.add_command(compare_cmd, "compare")
     cli.add_command(accept_cmd, "accept")
 
 
-_add_optional_commands()
+_add_report_commands()
 
 
 def main() -> None:

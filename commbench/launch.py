@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import LaunchError
-from .safety import protect_env
+from .safety import KILL_SWITCHES, protect_env
 from .world import inside_slurm_allocation
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
@@ -93,14 +93,25 @@ def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
     return events, offset + len(complete)
 
 
+def launch_env(run_dir: Path, variant_env: dict[str, str], allow_multicast: bool) -> dict[str, str]:
+    """The ranks' environment: the parent's, the variant over it (kill switches locked), and
+    multicast switched off unless a Case of this launch opted in (DESIGN section 7)."""
+    env = protect_env({**variant_env, "PYTHONUNBUFFERED": "1",
+                       "COMMBENCH_RUN_DIR": str(run_dir), "COMMBENCH_LOG_DIR": str(run_dir / "logs")})
+    if not allow_multicast:
+        env.update(KILL_SWITCHES)
+    return env
+
+
 def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts: dict[str, float],
-               on_event=None) -> LaunchOutcome:
+               on_event=None, allow_multicast: bool = False) -> LaunchOutcome:
     """Start one launch for ``task['case_ids']`` and supervise it until it ends or is killed."""
     task_path = run_dir / "logs" / f"launch-{task['launch_id']}-try{task['attempt']}.json"
     task_path.write_text(json.dumps(task))
     progress = Path(task["progress"])
-    env = protect_env({**variant_env, "PYTHONUNBUFFERED": "1"})
-    argv = launcher_argv(task["ranks"], task["ranks_per_node"], sorted(variant_env)) + [
+    env = launch_env(run_dir, variant_env, allow_multicast)
+    forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR"})
+    argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded) + [
         sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
     log_path = run_dir / task["log"]
     t0 = time.time()

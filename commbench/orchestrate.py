@@ -94,6 +94,7 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
     folder.write_meta(meta)
     by_id = {c.case_id: c for c in suite.cases}
     done = folder.done_case_ids() if resume else set()
+    done |= _record_unsupported(folder, suite, done)
     todo = [c for c in suite.cases if c.case_id not in done]
     display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id)
     with display:
@@ -110,6 +111,22 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
     return folder.path
 
 
+def _record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[str]:
+    """Cases a family can never run (e.g. multicast blocked by a kill switch) become skipped
+    rows here, in the parent, so no process is started for them."""
+    from .families import get_family
+
+    skipped = set()
+    for case in suite.cases:
+        if case.case_id in done:
+            continue
+        reason = get_family(case.family).unsupported(case)
+        if reason:
+            folder.append_row(_row_for(case, "skipped", reason, "", case.ranks))
+            skipped.add(case.case_id)
+    return skipped
+
+
 def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display) -> dict:
     log = f"logs/launch-{launch.launch_id}.log"
     progress = folder.path / "logs" / f"launch-{launch.launch_id}.progress.jsonl"
@@ -121,7 +138,9 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                 "ranks_per_node": launch.ranks_per_node, "case_ids": pending, "log": log,
                 "progress": str(progress)}
         timeouts = {cid: by_id[cid].timeout_s for cid in pending}
-        out = run_launch(folder.path, task, dict(launch.env), timeouts, on_event=display.event)
+        allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
+        out = run_launch(folder.path, task, dict(launch.env), timeouts, on_event=display.event,
+                         allow_multicast=allow_mc)
         record["wall_s"] += out.wall_s
         finished = set(out.finished)
         victim = out.timed_out_case or out.crashed_case
@@ -177,3 +196,14 @@ def finish(folder: RunFolder, console) -> None:
         except ImportError:
             plots = []
     print_summary(console, df, folder.path, plots)
+    if df is not None and len(df):
+        from .report.build import write_report
+
+        html_path, md_path = write_report([folder.path])
+        (console or _stderr_console()).print(f"report:  {html_path} (and {md_path.name})")
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console()

@@ -124,6 +124,8 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     algbw = metrics.gbps(traffic.algbw_bytes, stats["time_us"])
     row.update(stats, timing=mode, algbw_gbps=algbw, busbw_gbps=algbw * traffic.bus_factor,
                wrong=wrong, **extra)
+    if row.get("tokens_per_rank") and row["time_us"]:
+        row["tokens_per_s"] = float(row["tokens_per_rank"]) / (row["time_us"] * 1e-6)
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,

@@ -315,12 +315,12 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
 
 
 def group_launches(cases: list[Case]) -> list[Launch]:
-    """One launch per distinct (ranks, ranks_per_node, env), in first-seen order."""
+    """One launch per distinct (ranks, ranks_per_node, env, multicast opt-in), in first-seen order."""
     groups: dict[tuple, list[Case]] = {}
     for c in cases:
-        groups.setdefault((c.ranks, c.ranks_per_node, c.env), []).append(c)
+        groups.setdefault((c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast"))), []).append(c)
     out = []
-    for i, ((ranks, rpn, env), cs) in enumerate(groups.items()):
+    for i, ((ranks, rpn, env, _mc), cs) in enumerate(groups.items()):
         out.append(Launch(launch_id=i, ranks=ranks, ranks_per_node=rpn, env=env,
                           variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs)))
     return out

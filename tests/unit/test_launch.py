@@ -1,0 +1,44 @@
+"""Launch environment and argv: kill switches locked, multicast off unless opted in, argv lists."""
+from pathlib import Path
+
+from commbench import launch
+from commbench.safety import KILL_SWITCHES
+
+
+def test_kill_switch_cannot_be_overridden(monkeypatch):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
+    env = launch.launch_env(Path("/tmp/r"), {"NCCL_NVLS_ENABLE": "1", "NCCL_ALGO": "NVLS"}, allow_multicast=True)
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["NCCL_ALGO"] == "NVLS"
+
+
+def test_multicast_off_unless_a_case_opted_in(monkeypatch):
+    for k in KILL_SWITCHES:
+        monkeypatch.delenv(k, raising=False)
+    env = launch.launch_env(Path("/tmp/r"), {"NCCL_NVLS_ENABLE": "1"}, allow_multicast=False)
+    assert all(env[k] == v for k, v in KILL_SWITCHES.items())
+    env = launch.launch_env(Path("/tmp/r"), {}, allow_multicast=True)
+    assert "NCCL_NVLS_ENABLE" not in env
+
+
+def test_ranks_know_the_run_folder():
+    env = launch.launch_env(Path("/tmp/r"), {}, allow_multicast=False)
+    assert env["COMMBENCH_LOG_DIR"] == "/tmp/r/logs"
+
+
+def test_open_mpi_argv_is_a_list_with_forwarded_vars(monkeypatch):
+    monkeypatch.setattr(launch, "find_mpiexec", lambda: "/x/mpiexec")
+    monkeypatch.setattr(launch, "_is_open_mpi", lambda _m: True)
+    monkeypatch.setattr(launch, "inside_slurm_allocation", lambda: False)
+    argv = launch.launcher_argv(16, 8, ["NCCL_ALGO"])
+    assert argv[:3] == ["/x/mpiexec", "-n", "16"]
+    assert "--oversubscribe" in argv
+    assert argv[argv.index("--map-by") + 1] == "ppr:8:node"
+    assert argv[argv.index("-x") + 1] == "NCCL_ALGO"
+
+
+def test_srun_inside_an_allocation(monkeypatch):
+    monkeypatch.setattr(launch, "inside_slurm_allocation", lambda: True)
+    monkeypatch.setattr(launch.shutil, "which", lambda name: "/usr/bin/srun" if name == "srun" else None)
+    argv = launch.launcher_argv(16, 8, [])
+    assert argv[0] == "srun" and "--ntasks=16" in argv and "--ntasks-per-node=8" in argv
