@@ -36,7 +36,7 @@ static int host_reduce(int op, int dtype, void *dst, const void *src, size_t cou
          ? nvshmemx_##NAME##_sum_reduce_block(NVSHMEM_TEAM_WORLD, (T *)dst, (const T *)src, count) \
          : nvshmemx_##NAME##_sum_reducescatter_block(NVSHMEM_TEAM_WORLD, (T *)dst, (const T *)src, count))
 
-__global__ void k_coll(int op, int dtype, void *dst, const void *src, size_t count) {
+__global__ void __launch_bounds__(256) k_coll(int op, int dtype, void *dst, const void *src, size_t count) {
     const size_t bytes = count * elem_bytes(dtype);
     switch (op) {
         case OP_ALL_GATHER: nvshmemx_fcollectmem_block(NVSHMEM_TEAM_WORLD, dst, src, bytes); return;
@@ -76,8 +76,14 @@ int cb_coll_device(int op, int dtype, void *dst, const void *src, size_t count, 
                    void *stream) {
     if (dtype < 0 || dtype > 3 || op < 0 || op > 4) return -1;
     void *args[] = {&op, &dtype, &dst, (void *)&src, &count};
-    return nvshmemx_collective_launch((const void *)k_coll, dim3(1), dim3(threads), args, 0,
-                                      (cudaStream_t)stream);
+    // NVSHMEM refuses a collective launch whose CTAs cannot all be resident
+    // ("One or more PEs cannot launch") without always returning an error: check first.
+    int max_grid = 0;
+    int rc = nvshmemx_collective_launch_query_gridsize((const void *)k_coll, dim3(threads), args, 0, &max_grid);
+    if (rc != 0 || max_grid < 1) return rc != 0 ? rc : -2;
+    rc = nvshmemx_collective_launch((const void *)k_coll, dim3(1), dim3(threads), args, 0,
+                                    (cudaStream_t)stream);
+    return rc != 0 ? rc : (int)cudaGetLastError();
 }
 
 }  // extern "C"

@@ -127,8 +127,11 @@ class Nvshmem(Family):
             return p2p.measure_latency(state, warmup, iters)
         mode = state.case.timing if hasattr(state, "case") else "events"
         mode = "events" if mode in ("auto", "host") else mode
-        for _ in range(warmup):
-            self.run(state)
+        import torch
+
+        with torch.cuda.stream(state.stream):
+            for _ in range(warmup):
+                self.run(state)
         state.stream.synchronize()
         state.timing_label = mode
         fn = {"events": timing.time_events, "pipelined": timing.time_pipelined, "graph": timing.time_graph}[mode]

@@ -214,6 +214,14 @@ def ensure(ctx) -> NvshmemHandle:
         reason = _reason_from(text[0], statuses[bad]) if status else f"rank {bad}: NVSHMEM init failed"
         ctx.cache[CACHE_KEY] = SkipCase(reason)
         raise SkipCase(reason)
+    # NVSHMEM can return success yet stop after the bootstrap (for example
+    # "Unable to initialize any transports" with P2P disabled and no HCA).
+    ready = world.allgather(lib.cb_boot_status() >= 2)
+    if not all(ready):
+        reason = _reason_from(text[0], lib.cb_boot_status()).replace(
+            "could not initialise", "stopped after the bootstrap")
+        ctx.cache[CACHE_KEY] = SkipCase(reason)
+        raise SkipCase(reason)
     name = ctypes.create_string_buffer(256)
     lib.cb_boot_name(name, 256)
     handle = NvshmemHandle(lib=lib, install=inst, device_index=device_index, pe=lib.cb_boot_my_pe(),

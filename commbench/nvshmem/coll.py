@@ -87,15 +87,18 @@ def setup(case, ctx, handle, prm: dict) -> CollState:
     stream.synchronize()
     ctx.world.barrier()
     return CollState(lib, ctx.world, ctx.device, stream, case.op, case.backend, case.dtype, n, handle.pe,
-                     nv_count, count, src, dst, min(prm["threads"], 1024), case=case)
+                     nv_count, count, src, dst, min(prm["threads"], 256), case=case)
 
 
 def run(st: CollState) -> None:
+    import torch
+
+    stream = torch.cuda.current_stream().cuda_stream  # the runner's timing (or capture) stream
     args = (OP_CODES[st.op], DTYPE_CODES[st.dtype], st.dst.data_ptr(), st.src.data_ptr(), st.nvshmem_count)
     if st.backend == "nvshmem_host":
-        rc = st.lib.cb_coll_host(*args, st.stream.cuda_stream)
+        rc = st.lib.cb_coll_host(*args, stream)
     else:
-        rc = st.lib.cb_coll_device(*args, st.threads, st.stream.cuda_stream)
+        rc = st.lib.cb_coll_device(*args, st.threads, stream)
     if rc != 0:
         raise RuntimeError(f"{st.op} ({st.backend}): NVSHMEM returned {rc}")
 
@@ -121,7 +124,9 @@ def expected(st: CollState):
 
 
 def check(st: CollState) -> int:
-    st.stream.synchronize()
+    import torch
+
+    torch.cuda.synchronize()
     st.world.barrier()
     want = expected(st).double()
     got = st.dst.double()

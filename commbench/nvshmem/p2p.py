@@ -129,7 +129,10 @@ def msgs_per_op(op: str, size_bytes: int, prm: dict) -> int:
 
 
 def run(st: P2PState) -> None:
-    p, s = st.prm, st.stream.cuda_stream
+    import torch
+
+    # The runner makes the timing stream current (a capture stream in graph mode).
+    p, s = st.prm, torch.cuda.current_stream().cuda_stream
     a, b, c, sig = st.ptrs["a"], st.ptrs["b"], st.ptrs["c"], st.ptrs["sig"]
     st.launches += 1
     if st.op == "put_signal":
@@ -202,7 +205,7 @@ def check(st: P2PState) -> int:
     """Wrong elements on this PE: what the peer put here (or what we got from it) is verified."""
     import torch
 
-    st.stream.synchronize()
+    torch.cuda.synchronize()
     st.world.barrier()  # every initiator's kernels (and their quiet) have finished
     wrong = 0
     if st.op == "put_signal" and st.target:
