@@ -141,6 +141,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
                 STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
             if time.time() - current_t > limit:
                 timed_out = current or _next_case(task, finished)
+                _dump_stacks(run_dir, task["launch_id"])
                 _kill(proc)
                 log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
                           f"(case {timed_out})\n")
@@ -156,6 +157,21 @@ def _next_case(task: dict, finished: list[str]) -> str | None:
         if cid not in finished:
             return cid
     return None
+
+
+def _dump_stacks(run_dir: Path, launch_id: int) -> None:
+    """Ask every local rank of a hung launch to write its Python stacks (see commbench.rank)."""
+    sent = False
+    for pid_file in (run_dir / "logs").glob(f"launch-{launch_id}.rank*.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGUSR1)
+            sent = True
+        except (ValueError, OSError):
+            continue
+        finally:
+            pid_file.unlink(missing_ok=True)
+    if sent:
+        time.sleep(1.0)
 
 
 def _kill(proc: subprocess.Popen) -> None:

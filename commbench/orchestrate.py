@@ -147,7 +147,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         if victim:
             status = "timeout" if out.timed_out_case else "failed"
             tail = _log_tail(folder.path / log)
-            reason = (f"no progress for {by_id[victim].timeout_s:.0f} s; launch killed"
+            reason = (f"no progress for {by_id[victim].timeout_s:.0f} s; launch killed, rank stacks in "
+                      f"logs/launch-{launch.launch_id}.rank*.stacks.txt"
                       if status == "timeout" else f"ranks exited with status {out.returncode}")
             folder.append_row(_row_for(by_id[victim], status, f"{reason} (log {log}): {tail}", log, launch.ranks))
             display.event({"event": "done", "case_id": victim, "status": status})

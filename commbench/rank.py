@@ -4,7 +4,10 @@
 """
 from __future__ import annotations
 
+import faulthandler
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -21,6 +24,7 @@ def main(argv: list[str]) -> int:
     by_id = {c["case_id"]: Case.from_json(c["case"]) for c in plan["cases"]}
     cases = [by_id[cid] for cid in task["case_ids"]]
     world = build_world()
+    _arm_stack_dump(run_dir, task["launch_id"], world.rank)
     if world.size != task["ranks"]:
         print(f"commbench: launch expected {task['ranks']} ranks, MPI started {world.size}", file=sys.stderr)
         return 3
@@ -30,6 +34,15 @@ def main(argv: list[str]) -> int:
     run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])))
     world.barrier()
     return 0
+
+
+def _arm_stack_dump(run_dir: Path, launch_id: int, rank: int) -> None:
+    """On SIGUSR1 (sent by the watchdog before it kills a hung launch) write every thread's
+    Python stack to logs/launch-<k>.rank<r>.stacks.txt; the pid file tells the watchdog where to send it."""
+    logs = run_dir / "logs"
+    stacks = open(logs / f"launch-{launch_id}.rank{rank}.stacks.txt", "a")  # noqa: SIM115 - lives with the process
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    (logs / f"launch-{launch_id}.rank{rank}.pid").write_text(str(os.getpid()))
 
 
 if __name__ == "__main__":

@@ -72,8 +72,10 @@ def base_row(case: Case, world: World, log: str) -> dict:
 
 
 def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
-    if fam.measure is not None:
-        samples = fam.measure(state, case.warmup, case.iters)
+    state_measure = getattr(state, "measure", None)  # per-Case opt-in: measure(warmup, iters)
+    if state_measure is not None or fam.measure is not None:
+        samples = (state_measure(case.warmup, case.iters) if state_measure is not None
+                   else fam.measure(state, case.warmup, case.iters))
         return list(samples), getattr(state, "timing_label", "kernel")
     stream = getattr(state, "stream", None)
     mode = case.timing

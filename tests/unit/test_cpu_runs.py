@@ -128,6 +128,9 @@ def test_hang_and_crash_become_rows_and_the_run_goes_on(tmp_path):
     assert df.loc["before", "status"] == "ok"
     assert df.loc["hang", "status"] == "timeout"
     assert "logs/launch-0.log" in df.loc["hang", "reason"]
+    # the hung rank's Python stack was captured before the kill
+    stacks = (out / "logs" / "launch-0.rank1.stacks.txt").read_text()
+    assert "harness.py" in stacks and "in run" in stacks
     assert df.loc["crash", "status"] == "failed"
     assert df.loc["after", "status"] == "ok"  # relaunched after the failures
     assert df.loc["after", "time_us"] > 0
