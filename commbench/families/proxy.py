@@ -37,6 +37,9 @@ class ProxyFamily(Family):
         "ring_slots": Param(4096, (int,), "slots per ring (power of two, at most 32768)"),
         "ce_batch": Param(1, (int,), "copy executor: 1 submits a drained batch with cudaMemcpyBatchAsync"),
         "timeout_ms": Param(2000, (int,), "longest wait without progress before the kernel gives up"),
+        "cpu_affinity": Param("all", (str,), "all: proxy threads may use every CPU of the node even when "
+                              "the launcher bound the rank to one core; inherit: keep the rank's binding",
+                              ("all", "inherit")),
         "inject_stall_after": Param(0, (int,), "fault injection: each proxy thread stops after N commands "
                                     "(the row must end failed, not hang); 0 = off"),
     }

@@ -7,7 +7,9 @@ so check() verifies every command of the Case, timed ones included.
 """
 from __future__ import annotations
 
+import os
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from . import native
@@ -86,15 +88,47 @@ def build(case, prm: dict, device: str) -> ProxyState:
     st.error = torch.zeros(2, dtype=torch.int32, device=dev)
     torch.cuda.synchronize(dev)
     if not st.direct:
-        st.engine = native.Engine(device=st.device, threads=prm["proxy_threads"], slots=prm["ring_slots"],
-                                  producers=st.producers, executor=st.executor,
-                                  src_ptr=st.src.data_ptr(), dst_ptr=st.dst.data_ptr(),
-                                  use_batch=bool(prm["ce_batch"]), stall_after=prm["inject_stall_after"])
+        with proxy_cpus(prm["cpu_affinity"]):
+            st.engine = native.Engine(device=st.device, threads=prm["proxy_threads"], slots=prm["ring_slots"],
+                                      producers=st.producers, executor=st.executor,
+                                      src_ptr=st.src.data_ptr(), dst_ptr=st.dst.data_ptr(),
+                                      use_batch=bool(prm["ce_batch"]),
+                                      stall_after=prm["inject_stall_after"])
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     st.extra = {"producers": st.producers, "commands": st.commands_per_iter,
                 "sms_used": 1 if case.op == "latency" else min(prm["num_ctas"], sms),
-                "cpu_threads": 0 if st.direct else prm["proxy_threads"]}
+                "cpu_threads": 0 if st.direct else prm["proxy_threads"],
+                "cpus_allowed": allowed_cpus_after(prm["cpu_affinity"])}
     return st
+
+
+def allowed_cpus_after(mode: str) -> int:
+    """CPUs the proxy threads may run on (a launcher binding the rank to one core shows here)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return os.cpu_count() or 1
+    if mode == "all":
+        with proxy_cpus(mode):
+            return len(os.sched_getaffinity(0))
+    return len(os.sched_getaffinity(0))
+
+
+@contextmanager
+def proxy_cpus(mode: str):
+    """While creating the engine, let this thread (and so the proxy threads it starts, which
+    inherit its mask) run on every CPU of the node: MPI launchers often bind a rank to one
+    core, which makes N busy-polling proxy threads time-share it. The caller's mask is restored."""
+    if mode != "all" or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except OSError:  # cpuset forbids some CPUs: keep the launcher's mask
+        pass
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
 
 
 def fill(st: ProxyState, salt: int) -> None:

@@ -1,5 +1,6 @@
 """Proxy family on CPU: the native ring with host producers and proxy threads
 (ordering, no loss, back-pressure, fault detection), planning, and the sm_90 build."""
+import os
 import shutil
 from pathlib import Path
 
@@ -115,3 +116,37 @@ def test_suite_expands_both_paths():
     assert threads == {1, 2, 4, 8}
     sizes = sorted({c.size_bytes for c in cases if c.op == "bandwidth"})
     assert sizes[0] == 8 and sizes[-1] == 256 << 20
+
+
+@needs_nvcc
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
+                    reason="needs Linux affinity calls and at least 2 CPUs")
+@pytest.mark.parametrize("mode", ["all", "inherit"])
+def test_proxy_threads_escape_a_one_core_binding(mode):
+    from commbench.proxy.bench import proxy_cpus
+    from commbench.proxy.native import Engine
+
+    def tasks():
+        out = {}
+        for status in Path("/proc/self/task").glob("*/status"):
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            out[status.parent.name] = fields.get("Cpus_allowed_list", "").strip()
+        return out
+
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(old)})  # what mpirun's bind-to-core does to a rank
+    try:
+        before = set(tasks())
+        with proxy_cpus(mode):
+            eng = Engine(device=0, threads=3, slots=64, producers=3, executor="none", host_only=True)
+        assert os.sched_getaffinity(0) == {min(old)}  # the caller's binding is restored
+        new = {tid: cpus for tid, cpus in tasks().items() if tid not in before}
+        eng.close()
+    finally:
+        os.sched_setaffinity(0, old)
+    assert len(new) == 3
+    one_core = str(min(old))
+    if mode == "all":
+        assert all(cpus != one_core for cpus in new.values()), new
+    else:
+        assert all(cpus == one_core for cpus in new.values()), new
