@@ -9,7 +9,7 @@ timeout 60 python3 -m commbench info --json > "$OUT/info.json" 2>&1
 timeout "$SMOKE_S" python3 -m commbench run tests/gpu/suites/nccl-smoke.yaml --out "$OUT/smoke" --quiet > "$OUT/smoke.txt" 2>&1
 echo "smoke rc=$?" >> "$OUT/smoke.txt"
 cat "$OUT"/smoke/logs/launch-*.log "$OUT"/smoke/logs/*.stacks.txt > "$OUT/smoke-logs.txt" 2>/dev/null
-if [ "$FULL_S" -gt 0 ]; then
+if [ "$FULL_S" -gt 0 ] && ! grep -q ",timeout," "$OUT/smoke/results.csv"; then
   timeout "$FULL_S" python3 -m commbench run suites/collectives.yaml --out "$OUT/collectives" --quiet > "$OUT/collectives.txt" 2>&1
   echo "collectives rc=$?" >> "$OUT/collectives.txt"
 fi
