@@ -62,7 +62,8 @@ def launcher_argv(ranks: int, ranks_per_node: int, env_keys: list[str]) -> list[
     mpiexec = find_mpiexec()
     argv = [mpiexec, "-n", str(ranks)]
     if _is_open_mpi(mpiexec):
-        argv += ["--oversubscribe"]
+        # no core binding: ranks run host threads (proxies, progress threads) beside the GPU work
+        argv += ["--oversubscribe", "--bind-to", "none"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             argv += ["--allow-run-as-root"]
         if ranks_per_node < ranks:

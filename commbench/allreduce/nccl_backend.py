@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .. import nccl_log
 from ..errors import SkipCase
-from . import data, nccl_lib
+from .. import nccl_lib
+from . import data
 from .state import ArState
 
 _COMM_KEY = "allreduce.nccl_comm"

@@ -82,8 +82,8 @@ class Collectives(Family):
         if case.backend == "nccl":
             from ..collectives import nccl_direct
 
-            nccl, comm = nccl_direct.communicator(ctx)
-            runner = nccl_direct.make_runner(case.op, bufs, nccl, comm, n, rank, case.dtype, rop)
+            comm = nccl_direct.communicator(ctx)
+            runner = nccl_direct.make_runner(case.op, bufs, comm, n, rank, case.dtype, rop)
         elif case.backend == "mpi":
             from ..collectives import mpi_ops
 

@@ -34,10 +34,20 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     return out[pd.to_numeric(out["size_bytes"], errors="coerce").notna()]
 
 
+def _family_params() -> list[str]:
+    """Every family parameter (e.g. the proxy's executor): a sweep over one splits the lines."""
+    from commbench.families import all_families
+
+    names: list[str] = []
+    for fam in all_families().values():
+        names += [p for p in fam.params if p not in names and p != "in_place"]
+    return names
+
+
 def line_columns(df: pd.DataFrame) -> list[str]:
     """The columns that define one line: (backend, variant) plus whatever else varies."""
     cols = [c for c in BASE_LABEL if c in df.columns]
-    for c in LINE_COLUMNS:
+    for c in (*LINE_COLUMNS, *_family_params()):
         if c in df.columns and c not in cols and df[c].astype(str).nunique() > 1:
             cols.append(c)
     return cols

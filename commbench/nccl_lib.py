@@ -1,8 +1,9 @@
-"""A small ctypes binding of libnccl: communicators, all-reduce, window registration.
+"""A small ctypes binding of libnccl: communicators, the nccl-tests collectives, window registration.
 
 Talking to NCCL directly (not through torch.distributed) lets a Case pass its
-own stream, use ``ncclMemAlloc`` + ``ncclCommWindowRegister`` (symmetric
-buffers, NCCL >= 2.27) and read NCCL's own error strings.
+own stream, use true out-of-place forms, ``ncclMemAlloc`` +
+``ncclCommWindowRegister`` (symmetric buffers, NCCL >= 2.27), and read NCCL's
+own error strings. Shared by the collectives and allreduce families.
 """
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import CommbenchError
+from .errors import CommbenchError
 
-NCCL_DTYPES = {"float32": 7, "bfloat16": 9}
+NCCL_DTYPES = {"int32": 2, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
+NCCL_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
 NCCL_SUM = 0
 NCCL_WIN_COLL_SYMMETRIC = 0x01
 
@@ -23,7 +25,18 @@ class NcclError(CommbenchError):
 
 
 class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
+    _fields_ = [("internal", ctypes.c_ubyte * 128)]
+
+
+def uid_to_bytes(uid: UniqueId) -> bytes:
+    # all 128 bytes: the id holds NULs, and c_char conversion would stop at the first one
+    return ctypes.string_at(ctypes.addressof(uid), ctypes.sizeof(uid))
+
+
+def uid_from_bytes(raw: bytes) -> UniqueId:
+    if len(raw) != ctypes.sizeof(UniqueId):
+        raise ValueError(f"ncclUniqueId must be {ctypes.sizeof(UniqueId)} bytes, got {len(raw)}")
+    return UniqueId.from_buffer_copy(raw)
 
 
 @lru_cache(maxsize=None)
@@ -59,6 +72,16 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.ncclGetLastError.argtypes = [vp]
     lib.ncclCommInitRank.argtypes = [ctypes.POINTER(vp), c_int, UniqueId, c_int]
     lib.ncclAllReduce.argtypes = [vp, vp, sz, c_int, c_int, vp, vp]
+    lib.ncclAllGather.argtypes = [vp, vp, sz, c_int, vp, vp]
+    lib.ncclReduceScatter.argtypes = [vp, vp, sz, c_int, c_int, vp, vp]
+    lib.ncclBroadcast.argtypes = [vp, vp, sz, c_int, c_int, vp, vp]
+    lib.ncclReduce.argtypes = [vp, vp, sz, c_int, c_int, c_int, vp, vp]
+    lib.ncclSend.argtypes = [vp, sz, c_int, c_int, vp, vp]
+    lib.ncclRecv.argtypes = [vp, sz, c_int, c_int, vp, vp]
+    lib.ncclGroupStart.argtypes = []
+    lib.ncclGroupEnd.argtypes = []
+    lib.ncclGetUniqueId.argtypes = [ctypes.POINTER(UniqueId)]
+    lib.ncclGetVersion.argtypes = [ctypes.POINTER(c_int)]
     lib.ncclCommDestroy.argtypes = [vp]
     if hasattr(lib, "ncclMemAlloc"):
         lib.ncclMemAlloc.argtypes = [ctypes.POINTER(vp), sz]
@@ -99,10 +122,9 @@ class Comm:
         uid = UniqueId()
         if world.rank == 0:
             _check(library().ncclGetUniqueId(ctypes.byref(uid)), "ncclGetUniqueId")
-        raw = world.comm.bcast(bytes(uid.internal) if world.rank == 0 else None, root=0)
-        ctypes.memmove(uid.internal, raw, len(raw))
+        raw = world.comm.bcast(uid_to_bytes(uid) if world.rank == 0 else None, root=0)
         handle = ctypes.c_void_p()
-        _check(library().ncclCommInitRank(ctypes.byref(handle), world.size, uid, world.rank),
+        _check(library().ncclCommInitRank(ctypes.byref(handle), world.size, uid_from_bytes(raw), world.rank),
                "ncclCommInitRank")
         self.handle = handle.value
 
