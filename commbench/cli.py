@@ -44,7 +44,18 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool)
         s = load_suite(suite)
         _print_plan(s)
         return
-    run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet)
+    import signal
+
+    def _terminate(signum, frame):  # a batch system's SIGTERM: stop like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet)
+    except KeyboardInterrupt:
+        click.echo("commbench: interrupted; every row measured so far is in the run folder "
+                   "(continue with --resume)", err=True)
+        sys.exit(130)
     click.echo(f"run folder: {run_dir}")
 
 

@@ -116,7 +116,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
     log_path = run_dir / task["log"]
     t0 = time.time()
-    started, finished, current, current_t = [], [], None, t0
+    started, finished = [], []
     offset = progress.stat().st_size if progress.exists() else 0
     with open(log_path, "a") as log:
         log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
@@ -124,33 +124,49 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         timed_out = None
-        while True:
-            rc = proc.poll()
-            events, offset = _read_events(progress, offset)
-            for ev in events:
-                if ev["event"] == "start":
-                    current, current_t = ev["case_id"], ev["t"]
-                    started.append(current)
-                elif ev["event"] == "done":
-                    finished.append(ev["case_id"])
-                    current, current_t = None, ev["t"]
-                if on_event:
-                    on_event(ev)
-            if rc is not None:
-                break
-            limit = timeouts.get(current, 0) if current else (
-                STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
-            if time.time() - current_t > limit:
-                timed_out = current or _next_case(task, finished)
-                _dump_stacks(run_dir, task["launch_id"])
-                _kill(proc)
-                log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
-                          f"(case {timed_out})\n")
-                break
-            time.sleep(0.1)
+        try:
+            timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
+                                            log, started, finished)
+        except BaseException:
+            # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
+            _kill(proc)
+            log.write("\n=== commbench: interrupted; launch killed\n")
+            raise
     rc = proc.poll()
     crashed = current if (timed_out is None and rc not in (0, None)) else None
     return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0)
+
+
+def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
+               log, started: list, finished: list) -> tuple[str | None, str | None]:
+    """Follow progress events until the ranks exit or the current Case overruns its timeout.
+
+    Returns (timed-out case id or None, case in progress when it ended or None)."""
+    current, current_t = None, time.time()
+    while True:
+        rc = proc.poll()
+        events, offset = _read_events(progress, offset)
+        for ev in events:
+            if ev["event"] == "start":
+                current, current_t = ev["case_id"], ev["t"]
+                started.append(current)
+            elif ev["event"] == "done":
+                finished.append(ev["case_id"])
+                current, current_t = None, ev["t"]
+            if on_event:
+                on_event(ev)
+        if rc is not None:
+            return None, current
+        limit = timeouts.get(current, 0) if current else (
+            STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
+        if time.time() - current_t > limit:
+            timed_out = current or _next_case(task, finished)
+            _dump_stacks(run_dir, task["launch_id"])
+            _kill(proc)
+            log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
+                      f"(case {timed_out})\n")
+            return timed_out, current
+        time.sleep(0.1)
 
 
 def _next_case(task: dict, finished: list[str]) -> str | None:

@@ -134,3 +134,30 @@ def test_hang_and_crash_become_rows_and_the_run_goes_on(tmp_path):
     assert df.loc["crash", "status"] == "failed"
     assert df.loc["after", "status"] == "ok"  # relaunched after the failures
     assert df.loc["after", "time_us"] > 0
+
+
+def test_sigterm_kills_the_ranks_and_keeps_rows(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: slow
+        defaults: {ranks: 2, warmup: 1, iters: 3, sizes: [8B]}
+        benchmarks:
+          - {name: first, family: harness, ops: [barrier]}
+          - {name: hang, family: harness, ops: [hang], timeout_s: 300}
+        """))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "run", str(suite), "--out", str(out), "--quiet"])
+    deadline = time.time() + 60
+    while time.time() < deadline and not (out / "results.jsonl").exists():
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    left = subprocess.run(["pgrep", "-f", f"commbench.rank {out}"], capture_output=True, text=True).stdout
+    assert left.strip() == ""
+    assert load(out).set_index("bench").loc["first", "status"] == "ok"
