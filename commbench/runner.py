@@ -6,7 +6,9 @@ collective that its peers have abandoned.
 """
 from __future__ import annotations
 
+import gc
 import json
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -136,12 +138,24 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
 
 
 def _teardown(fam, state) -> None:
-    if state is None:
-        return
-    try:
-        fam.teardown(state)
-    except Exception:  # noqa: BLE001 - teardown problems must not lose the measured row
-        traceback.print_exc()
+    if state is not None:
+        try:
+            fam.teardown(state)
+        except Exception:  # noqa: BLE001 - teardown problems must not lose the measured row
+            traceback.print_exc()
+    release_cached_memory()
+
+
+def release_cached_memory() -> None:
+    """Give cached device memory back between Cases: torch's and cupy's pools would otherwise
+    keep a large Case's buffers and starve the next Case's non-pooled allocations (NCCL, IPC)."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.get_default_memory_pool().free_all_blocks()
 
 
 class Progress:
