@@ -31,11 +31,9 @@ def time_events(run: Callable[[], None], stream, iters: int, barrier: Callable[[
     return [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(iters)]
 
 
-def time_pipelined(run: Callable[[], None], stream, iters: int, barrier: Callable[[], None]) -> list[float]:
-    """One event pair around ``iters`` ops (nccl-tests' default loop); sample = batch time / iters.
-
-    Repeated PIPELINED_REPEATS times, each repeat one sample.
-    """
+def _repeated_batches(enqueue_batch: Callable[[], None], stream, iters: int,
+                      barrier: Callable[[], None]) -> list[float]:
+    """PIPELINED_REPEATS samples, each one event pair around a batch of ``iters`` ops / iters."""
     import torch
 
     out = []
@@ -45,12 +43,20 @@ def time_pipelined(run: Callable[[], None], stream, iters: int, barrier: Callabl
         barrier()
         with torch.cuda.stream(stream):
             start.record(stream)
-            for _ in range(iters):
-                run()
+            enqueue_batch()
             end.record(stream)
         end.synchronize()
         out.append(start.elapsed_time(end) * 1e3 / iters)
     return out
+
+
+def time_pipelined(run: Callable[[], None], stream, iters: int, barrier: Callable[[], None]) -> list[float]:
+    """One event pair around ``iters`` ops (nccl-tests' default loop); sample = batch time / iters."""
+
+    def batch():
+        for _ in range(iters):
+            run()
+    return _repeated_batches(batch, stream, iters, barrier)
 
 
 def time_graph(run: Callable[[], None], stream, iters: int, barrier: Callable[[], None]) -> list[float]:
@@ -65,18 +71,8 @@ def time_graph(run: Callable[[], None], stream, iters: int, barrier: Callable[[]
         for _ in range(iters):
             run()
     stream.wait_stream(capture)
-    graph.replay()  # first replay uploads the graph
-    out = []
-    for _ in range(PIPELINED_REPEATS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        _sync(stream)
-        barrier()
-        with torch.cuda.stream(stream):
-            start.record(stream)
-            graph.replay()
-            end.record(stream)
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1e3 / iters)
+    graph.replay()  # the first replay uploads the graph
+    out = _repeated_batches(graph.replay, stream, iters, barrier)
     del graph
     return out
 

@@ -15,7 +15,7 @@ TT=${TT:-75} TS=${TS:-70}
   echo "== build"
   time python3 -c "from commbench.proxy import native; native.library(); print('built')"
   echo "== GPU tests"
-  timeout "$TT" python3 -m pytest -s -q -p no:cacheprovider tests/gpu/test_proxy.py
+  timeout "$TT" python3 -m pytest -s -q -p no:cacheprovider tests/gpu/test_proxy_gpu.py
   echo "rc=$?"
   cat > /tmp/proxy-gpu.yaml <<'YAML'
 name: proxy-gpu-smoke

@@ -1,6 +1,6 @@
 """GPU checks of the proxy family through setup/measure/check (no runner).
 
-pytest -s tests/gpu/test_proxy.py        (numbers go to $PROXY_GPU_OUT, JSON lines)
+pytest -s tests/gpu/test_proxy_gpu.py        (numbers go to $PROXY_GPU_OUT, JSON lines)
 Needs one GPU; the peer executor needs two and must be skipped on one.
 """
 from __future__ import annotations
