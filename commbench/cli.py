@@ -124,7 +124,9 @@ def info(as_json: bool):
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
-        Console().print(sysinfo.format_info(data))
+        from .info_view import format_info
+
+        Console().print(format_info(data))
 
 
 def _add_report_commands() -> None:

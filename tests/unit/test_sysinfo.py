@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from commbench import sysinfo
+from commbench.info_view import format_info
 
 GPU_FIELDS = ("gpus", "driver", "cuda_driver", "cuda_runtime", "topology", "nvlink", "multicast_supported")
 REQUIRED = (
@@ -186,7 +187,7 @@ def test_versions_match_installed_packages_without_heavy_imports():
 
 def _render(info: dict) -> str:
     console = Console(record=True, width=200)
-    console.print(sysinfo.format_info(info))
+    console.print(format_info(info))
     return console.export_text()
 
 
