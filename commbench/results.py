@@ -133,7 +133,7 @@ def load(run_dir) -> "pandas.DataFrame":  # noqa: F821
         raise FileNotFoundError(f"{run_dir} is not a run folder (no results.csv)")
     df = pd.read_csv(run_dir / "results.csv", keep_default_na=False, na_values=[""])
     if "reason" in df:
-        df["reason"] = df["reason"].fillna("")
+        df["reason"] = ["" if pd.isna(x) else str(x) for x in df["reason"]]
     return df
 
 
