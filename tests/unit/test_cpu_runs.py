@@ -161,3 +161,28 @@ def test_sigterm_kills_the_ranks_and_keeps_rows(tmp_path):
     left = subprocess.run(["pgrep", "-f", f"commbench.rank {out}"], capture_output=True, text=True).stdout
     assert left.strip() == ""
     assert load(out).set_index("bench").loc["first", "status"] == "ok"
+
+
+def test_inside_an_mpi_job_each_process_is_a_rank(tmp_path):
+    import subprocess
+    import sys
+
+    from commbench.launch import find_mpiexec
+
+    suite = tmp_path / "inside.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: inside
+        defaults: {warmup: 1, iters: 3, sizes: [1KiB]}
+        benchmarks:
+          - {name: two, family: collectives, backends: [mpi], ops: [all_reduce, alltoall], ranks: 2}
+          - {name: four, family: collectives, backends: [mpi], ops: [all_reduce], ranks: 4}
+        """))
+    out = tmp_path / "run"
+    argv = [find_mpiexec(), "-n", "2", "--oversubscribe", "--allow-run-as-root",
+            sys.executable, "-m", "commbench", "run", str(suite), "--out", str(out), "--quiet"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    df = load(out).set_index("bench")
+    assert (df.loc["two", "status"] == "ok").all() and (df.loc["two", "world_size"] == 2).all()
+    assert df.loc["four", "status"] == "skipped"
+    assert "needs 4 ranks" in df.loc["four", "reason"]
