@@ -76,8 +76,16 @@ class RunFolder:
                     continue  # a line cut by a crash mid-write; the Case reruns on --resume
         return out
 
+    def latest_rows(self) -> list[dict]:
+        """One row per Case: the last one written (a --resume rerun supersedes a failed/timeout row)."""
+        latest: dict[str, dict] = {}
+        for r in self.rows():
+            latest.pop(r.get("case_id"), None)  # keep the rerun's position (run order)
+            latest[r.get("case_id")] = r
+        return list(latest.values())
+
     def rewrite_csv(self) -> None:
-        rows = self.rows()
+        rows = self.latest_rows()
         extra = []
         for r in rows:
             for k in r:
@@ -93,7 +101,7 @@ class RunFolder:
 
     def done_case_ids(self) -> set[str]:
         """Cases with a final row (any status but a timeout/failure of the whole launch are final)."""
-        return {r["case_id"] for r in self.rows() if r.get("status") in ("ok", "wrong", "skipped")}
+        return {r["case_id"] for r in self.latest_rows() if r.get("status") in ("ok", "wrong", "skipped")}
 
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:

@@ -186,3 +186,26 @@ def test_inside_an_mpi_job_each_process_is_a_rank(tmp_path):
     assert (df.loc["two", "status"] == "ok").all() and (df.loc["two", "world_size"] == 2).all()
     assert df.loc["four", "status"] == "skipped"
     assert "needs 4 ranks" in df.loc["four", "reason"]
+
+
+def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):
+    suite = tmp_path / "r.yaml"
+    text = textwrap.dedent("""\
+        name: r
+        defaults: {ranks: 2, warmup: 1, iters: 3, sizes: [8B]}
+        benchmarks:
+          - {name: flaky, family: harness, ops: [OP], timeout_s: 3}
+        """)
+    suite.write_text(text.replace("OP", "hang"))
+    out = tmp_path / "run"
+    assert CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"]).exit_code == 0
+    assert list(load(out).status) == ["timeout"]
+    # what --resume does after rerunning that Case: append its new row
+    from commbench.results import RunFolder
+
+    folder = RunFolder(out)
+    row = dict(folder.rows()[0], status="ok", reason="")
+    folder.append_row(row)
+    df = load(out)
+    assert len(df) == 1 and df.status.iloc[0] == "ok"
+    assert row["case_id"] in folder.done_case_ids()
