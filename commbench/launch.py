@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -118,6 +119,8 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     t0 = time.time()
     started, finished = [], []
     offset = progress.stat().st_size if progress.exists() else 0
+    for stale in _pid_files(run_dir, task["launch_id"]):
+        stale.unlink(missing_ok=True)
     with open(log_path, "a") as log:
         log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
         log.flush()
@@ -143,6 +146,7 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
 
     Returns (timed-out case id or None, case in progress when it ended or None)."""
     current, current_t = None, time.time()
+    started_at = current_t - 1.0  # file mtimes may be coarser than time.time()
     while True:
         rc = proc.poll()
         events, offset = _read_events(progress, offset)
@@ -161,7 +165,7 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
         if time.time() - current_t > limit:
             timed_out = current or _next_case(task, finished)
-            _dump_stacks(run_dir, task["launch_id"])
+            _dump_stacks(run_dir, task["launch_id"], since=started_at)
             _kill(proc)
             log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
                       f"(case {timed_out})\n")
@@ -176,17 +180,25 @@ def _next_case(task: dict, finished: list[str]) -> str | None:
     return None
 
 
-def _dump_stacks(run_dir: Path, launch_id: int) -> None:
-    """Ask every local rank of a hung launch to write its Python stacks (see commbench.rank)."""
-    sent = False
-    for pid_file in (run_dir / "logs").glob(f"launch-{launch_id}.rank*.pid"):
+def _pid_files(run_dir: Path, launch_id: int) -> list[Path]:
+    return list((run_dir / "logs").glob(f"launch-{launch_id}.rank*.pid"))
+
+
+def _dump_stacks(run_dir: Path, launch_id: int, since: float) -> None:
+    """Ask every local rank of a hung launch to write its Python stacks (see commbench.rank).
+
+    Only pid files written by this launch (newer than its start) on this host are used,
+    so a stale file can never make us signal an unrelated process."""
+    host, sent = socket.gethostname(), False
+    for pid_file in _pid_files(run_dir, launch_id):
         try:
-            os.kill(int(pid_file.read_text()), signal.SIGUSR1)
-            sent = True
+            fresh = pid_file.stat().st_mtime >= since
+            file_host, pid = pid_file.read_text().split()
+            if fresh and file_host == host:
+                os.kill(int(pid), signal.SIGUSR1)
+                sent = True
         except (ValueError, OSError):
             continue
-        finally:
-            pid_file.unlink(missing_ok=True)
     if sent:
         time.sleep(1.0)
 

@@ -115,12 +115,13 @@ def _record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[
     """Cases a family can never run (e.g. multicast blocked by a kill switch) become skipped
     rows here, in the parent, so no process is started for them."""
     from .families import get_family
+    from .safety import kill_switch_conflict
 
     skipped = set()
     for case in suite.cases:
         if case.case_id in done:
             continue
-        reason = get_family(case.family).unsupported(case)
+        reason = kill_switch_conflict(case.env_dict) or get_family(case.family).unsupported(case)
         if reason:
             folder.append_row(_row_for(case, "skipped", reason, "", case.ranks))
             skipped.add(case.case_id)

@@ -4,10 +4,12 @@
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import json
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -42,7 +44,9 @@ def _arm_stack_dump(run_dir: Path, launch_id: int, rank: int) -> None:
     logs = run_dir / "logs"
     stacks = open(logs / f"launch-{launch_id}.rank{rank}.stacks.txt", "a")  # noqa: SIM115 - lives with the process
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
-    (logs / f"launch-{launch_id}.rank{rank}.pid").write_text(str(os.getpid()))
+    pid_file = logs / f"launch-{launch_id}.rank{rank}.pid"
+    pid_file.write_text(f"{socket.gethostname()} {os.getpid()}")
+    atexit.register(pid_file.unlink, missing_ok=True)
 
 
 if __name__ == "__main__":

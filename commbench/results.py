@@ -32,12 +32,15 @@ def utc_stamp() -> str:
 
 def new_run_dir(base: Path, suite_name: str) -> Path:
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)
-    path = Path(base) / f"{utc_stamp()}-{safe}"
-    n = 1
-    while path.exists():
-        n += 1
-        path = Path(base) / f"{utc_stamp()}-{safe}-{n}"
-    return path
+    Path(base).mkdir(parents=True, exist_ok=True)
+    stamp, n = utc_stamp(), 1
+    while True:
+        path = Path(base) / (f"{stamp}-{safe}" if n == 1 else f"{stamp}-{safe}-{n}")
+        try:
+            path.mkdir()  # atomic claim: two runs started in the same second get different folders
+            return path
+        except FileExistsError:
+            n += 1
 
 
 class RunFolder:
@@ -48,6 +51,8 @@ class RunFolder:
 
     # -- creation --
     def create(self, *, resume: bool) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise RunFolderExists(f"{self.path} exists and is not a folder: choose another --out")
         if self.path.exists() and any(self.path.iterdir()) and not resume:
             raise RunFolderExists(
                 f"{self.path} already exists and holds results: pass --resume to continue it, "

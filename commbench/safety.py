@@ -17,10 +17,30 @@ KILL_SWITCHES: dict[str, str] = {
 }
 
 
+_TRUE = {"1", "y", "yes", "t", "true", "on"}
+
+
+def _switch_on(key: str, value: str | None) -> bool:
+    value = (value or "").strip().lower()
+    if key == "NCCL_NVLS_ENABLE":  # NCCL reads an integer: 0 disables NVLS
+        return value == "0"
+    return value in _TRUE  # *_DISABLE_* switches: any usual spelling of "true"
+
+
 def active_kill_switches(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Kill switches set in the environment commbench was started in."""
     env = os.environ if env is None else env
-    return {k: env[k] for k, v in KILL_SWITCHES.items() if env.get(k, "").strip() == v}
+    return {k: env[k] for k in KILL_SWITCHES if _switch_on(k, env.get(k))}
+
+
+def kill_switch_conflict(variant_env: Mapping[str, str], env: Mapping[str, str] | None = None) -> str | None:
+    """Reason a variant must be skipped: it asks to change a kill switch the site has set."""
+    active = active_kill_switches(env)
+    for key, value in sorted(variant_env.items()):
+        if key in active and str(value).strip() != active[key].strip():
+            return (f"variant sets {key}={value} but the site kill switch {key}={active[key]} is set; "
+                    f"kill switches cannot be overridden by a suite")
+    return None
 
 
 def protect_env(variant_env: Mapping[str, str], parent_env: Mapping[str, str] | None = None) -> dict[str, str]:

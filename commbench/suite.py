@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,7 @@ TOP_KEYS: dict[str, str] = {
 }
 ALIASES = {"op": "ops", "backend": "backends", "dtype": "dtypes"}
 LARGE_BYTES = 64 * 1024**2
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ def expand_sizes(spec, err: _Errors, line: int, where: str) -> list[int]:
             if unknown:
                 raise ValueError(f"unknown key(s) {sorted(unknown)}: use min, max, factor or step")
             lo, hi = parse_size(spec.get("min", 0)), parse_size(spec["max"])
+            if lo > hi:
+                raise ValueError(f"min ({format_size(lo)}) is above max ({format_size(hi)})")
             if "step" in spec:
                 step = parse_size(spec["step"])
                 if step <= 0:
@@ -102,10 +107,13 @@ def expand_sizes(spec, err: _Errors, line: int, where: str) -> list[int]:
             while s <= hi * (1 + 1e-9):
                 out.append(int(round(s)))
                 s *= factor
-            if lo > hi:
-                raise ValueError(f"min ({format_size(lo)}) is above max ({format_size(hi)})")
-            return out
-        return [parse_size(v) for v in _as_list(spec)]
+            return sorted(set(out))  # a small factor can round two steps to one size
+        sizes = [parse_size(v) for v in _as_list(spec)]
+        if not sizes:
+            raise ValueError("no sizes given")
+        if len(set(sizes)) != len(sizes):
+            raise ValueError("the same size is listed twice")
+        return sizes
     except KeyError as exc:
         err.add(line, where, f"missing {exc.args[0]!r}")
     except ValueError as exc:
@@ -231,6 +239,8 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
 
     def choose(key: str, allowed, default):
         vals = _as_list(m.get(key, default))
+        if not vals:
+            err.add(_line(bench, defaults, key), f"{where}.{key}", "empty list")
         for v in vals:
             if v not in allowed:
                 err.add(_line(bench, defaults, key), f"{where}.{key}",
@@ -244,8 +254,12 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
     ints = {}
     for key, default in (("warmup", None), ("iters", None), ("timeout_s", 300), ("ranks_per_node", None)):
         v = m.get(key, default)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < (1 if key != "warmup" else 0)):
-            err.add(_line(bench, defaults, key), f"{where}.{key}", f"expected a positive number, got {v!r}")
+        kinds = (float, int) if key == "timeout_s" else (int,)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, kinds) or not math.isfinite(v)
+                              or v < (1 if key != "warmup" else 0)):
+            what = "a positive number" if key == "timeout_s" else (
+                "a whole number >= 0" if key == "warmup" else "a whole number >= 1")
+            err.add(_line(bench, defaults, key), f"{where}.{key}", f"expected {what}, got {v!r}")
             v = default
         ints[key] = v
     ranks_list = []
@@ -263,6 +277,10 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
         env = {}
     env_lists = {}
     for k, v in env.items():
+        if not isinstance(k, str) or not _ENV_NAME.match(k):
+            err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env",
+                    f"{k!r} is not a valid environment variable name")
+            continue
         vals = _as_list(v)
         if not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in vals) or not vals:
             err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env.{k}",
@@ -280,6 +298,9 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
         if spec is None:
             known = ", ".join(fam.params) or "none"
             err.add(pline, f"{where}.params.{k}", f"unknown parameter for family {fam.name} (known: {known})")
+            continue
+        if isinstance(v, list) and not v:
+            err.add(pline, f"{where}.params.{k}", "empty list")
             continue
         if not _check_type(v, spec.types, err, pline, f"{where}.params.{k}"):
             continue

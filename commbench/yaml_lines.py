@@ -37,6 +37,8 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
     out.key_lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            raise SuiteError(f"{key_node.start_mark.line + 1}: key: a key must be a plain value, not {key!r}")
         if key in out:
             raise SuiteError(f"{key_node.start_mark.line + 1}: {key}: duplicate key {key!r}")
         out[key] = loader.construct_object(value_node, deep=True)

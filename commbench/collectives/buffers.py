@@ -112,6 +112,6 @@ def count_wrong(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype
         got = res[start:stop].to(torch.float64)
         exp = exp.to(torch.float64)
         tol = pattern.tolerance(dtype, float(exp.abs().max()) if exp.numel() else 0.0)
-        bad = (got - exp).abs() > tol * exp.abs()
+        bad = ~((got - exp).abs() <= tol * exp.abs())  # NaN compares false: counted wrong
         wrong += int(bad.sum())
     return wrong

@@ -42,3 +42,23 @@ def test_srun_inside_an_allocation(monkeypatch):
     monkeypatch.setattr(launch.shutil, "which", lambda name: "/usr/bin/srun" if name == "srun" else None)
     argv = launch.launcher_argv(16, 8, [])
     assert argv[0] == "srun" and "--ntasks=16" in argv and "--ntasks-per-node=8" in argv
+
+
+def test_stack_dump_never_signals_a_stale_or_foreign_pid(tmp_path):
+    import os
+    import subprocess
+    import time
+
+    (tmp_path / "logs").mkdir()
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        stale = tmp_path / "logs" / "launch-0.rank0.pid"
+        stale.write_text(f"{launch.socket.gethostname()} {victim.pid}")
+        old = time.time() - 3600
+        os.utime(stale, (old, old))  # left by an earlier run
+        (tmp_path / "logs" / "launch-0.rank1.pid").write_text(f"some-other-host {victim.pid}")
+        launch._dump_stacks(tmp_path, 0, since=time.time() - 5)
+        time.sleep(0.2)
+        assert victim.poll() is None  # still alive: nothing was signalled
+    finally:
+        victim.kill()

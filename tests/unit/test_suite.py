@@ -53,6 +53,12 @@ def test_ranks_all_uses_gpu_count(tmp_path):
     assert {c.ranks for c in load_suite(write(tmp_path, text), gpu_count=0).cases} == {1}
 
 
+def test_small_factor_sweep_has_no_duplicate_sizes(tmp_path):
+    text = GOOD.replace("sizes: {min: 8B, max: 64B, factor: 2}", "sizes: {min: 1, max: 16, factor: 1.5}")
+    sizes = sorted({c.size_bytes for c in load_suite(write(tmp_path, text), gpu_count=0).cases})
+    assert sizes == [1, 2, 3, 5, 8, 11]
+
+
 def test_iteration_defaults_scale_down_for_large_messages():
     assert default_iters(1 << 20, warmup=False) == 20
     assert default_iters(1 << 30, warmup=False) == 5
@@ -90,6 +96,24 @@ BAD = [
     ("duplicate key", "name: t\nname: u\nbenchmarks: []\n", [":2:", "duplicate key"]),
     ("bad env value", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    env: {NCCL_ALGO: {x: 1}}\n",
      ["env.NCCL_ALGO"]),
+    ("nan timeout", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    timeout_s: .nan\n",
+     [":5:", "timeout_s"]),
+    ("inf iters", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    iters: .inf\n", [":5:", "iters"]),
+    ("float warmup", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    warmup: 2.5\n",
+     [":5:", "warmup", "whole number"]),
+    ("bad env name", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    env: {\"A=B\": x}\n",
+     [":5:", "env", "not a valid environment variable name"]),
+    ("unhashable key", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    ? [x, y]\n    : 1\n",
+     [":5:", "plain value"]),
+    ("empty ops", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    ops: []\n", [":5:", "ops", "empty"]),
+    ("empty sizes", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    sizes: []\n", [":5:", "no sizes"]),
+    ("duplicate sizes", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    sizes: [1KiB, 1024]\n",
+     [":5:", "twice"]),
+    ("inverted step sweep",
+     "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    sizes: {min: 1MiB, max: 1KiB, step: 1KiB}\n",
+     [":5:", "above max"]),
+    ("empty param list", "name: t\nbenchmarks:\n  - name: a\n    family: collectives\n    params: {in_place: []}\n",
+     [":5:", "in_place", "empty"]),
 ]
 
 
