@@ -41,13 +41,25 @@ def _log_tail(path: Path, lines: int = 6) -> str:
     return " | ".join(interesting[-lines:])[-600:]
 
 
+def _latest_run_of(suite_name: str) -> Path:
+    """The newest run folder under results/ whose run.json names this suite."""
+    from .results import load_meta
+
+    runs = []
+    for path in DEFAULT_RESULTS.glob(f"*-{suite_name}*"):
+        meta = load_meta(path) if path.is_dir() else {}
+        if meta.get("suite") == suite_name:
+            runs.append((meta.get("started_utc", ""), path.name, path))
+    if not runs:
+        raise CommbenchError(f"--resume: no earlier run of suite {suite_name!r} under {DEFAULT_RESULTS}/ "
+                             f"(name the folder with --out)")
+    return max(runs)[2]
+
+
 def prepare_folder(suite: Suite, out_dir: Path | None, resume: bool) -> RunFolder:
     if out_dir is None:
         if resume:
-            prior = sorted(DEFAULT_RESULTS.glob(f"*-{suite.name}"))
-            if not prior:
-                raise CommbenchError(f"--resume: no earlier run of suite {suite.name!r} under {DEFAULT_RESULTS}/")
-            out_dir = prior[-1]
+            out_dir = _latest_run_of(suite.name)
         else:
             out_dir = new_run_dir(DEFAULT_RESULTS, suite.name)
     folder = RunFolder(out_dir)
@@ -89,8 +101,12 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
     folder = prepare_folder(suite, out_dir, resume)
     write_plan(folder, suite)
     started = _now()
+    previous = folder.read_meta() if resume else {}
     meta = base_meta(suite, started)
-    meta["launches"] = []
+    meta["launches"] = list(previous.get("launches", []))
+    if previous:
+        meta["started_utc"] = previous.get("started_utc", started)
+        meta["resumed_utc"] = previous.get("resumed_utc", []) + [started]
     folder.write_meta(meta)
     by_id = {c.case_id: c for c in suite.cases}
     done = folder.done_case_ids() if resume else set()
@@ -145,6 +161,9 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         record["wall_s"] += out.wall_s
         finished = set(out.finished)
         victim = out.timed_out_case or out.crashed_case
+        if victim and victim in folder.done_case_ids():
+            finished.add(victim)  # its row landed just before the kill: keep the measurement
+            victim = None
         if victim:
             status = "timeout" if out.timed_out_case else "failed"
             tail = _log_tail(folder.path / log)

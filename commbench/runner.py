@@ -26,8 +26,10 @@ class _PhaseFailed(Exception):
         self.status, self.reason = status, reason
 
 
-def _agree(world: World, fn):
-    """Run fn on every rank; if any rank raised, every rank raises the same _PhaseFailed."""
+def _agree(world: World, fn, undo=None):
+    """Run fn on every rank; if any rank raised, every rank raises the same _PhaseFailed.
+
+    ``undo(result)`` releases what fn built on a rank that succeeded while another failed."""
     result, outcome = None, ("ok", "")
     try:
         result = fn()
@@ -39,6 +41,8 @@ def _agree(world: World, fn):
     outcomes = world.allgather(outcome)
     for rank, (status, reason) in enumerate(outcomes):
         if status != "ok":
+            if result is not None and undo is not None:
+                undo(result)
             raise _PhaseFailed(status, f"rank {rank}: {reason}" if world.size > 1 else reason)
     return result
 
@@ -106,7 +110,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         return row, []
     state = None
     try:
-        state = _agree(world, lambda: fam.setup(case, ctx))
+        state = _agree(world, lambda: fam.setup(case, ctx), undo=lambda st: _teardown(fam, st))
         samples, mode = _agree(world, lambda: _time(fam, case, state, world))
         wrong_local = _agree(world, lambda: int(fam.check(state)))
     except _PhaseFailed as exc:

@@ -176,6 +176,8 @@ def test_inside_an_mpi_job_each_process_is_a_rank(tmp_path):
         benchmarks:
           - {name: two, family: collectives, backends: [mpi], ops: [all_reduce, alltoall], ranks: 2}
           - {name: four, family: collectives, backends: [mpi], ops: [all_reduce], ranks: 4}
+          - {name: variant, family: collectives, backends: [mpi], ops: [all_reduce], ranks: 2,
+             env: {NCCL_ALGO: Ring}}
         """))
     out = tmp_path / "run"
     argv = [find_mpiexec(), "-n", "2", "--oversubscribe", "--allow-run-as-root",
@@ -186,6 +188,13 @@ def test_inside_an_mpi_job_each_process_is_a_rank(tmp_path):
     assert (df.loc["two", "status"] == "ok").all() and (df.loc["two", "world_size"] == 2).all()
     assert df.loc["four", "status"] == "skipped"
     assert "needs 4 ranks" in df.loc["four", "reason"]
+    # a second environment cannot be honoured in the same processes
+    assert df.loc["variant", "status"] == "skipped"
+    assert "fresh processes" in df.loc["variant", "reason"]
+    # an error on rank 0 (existing folder) reaches every rank: exit 2, no hang
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "--resume" in again.stderr
 
 
 def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):

@@ -62,3 +62,14 @@ def test_stack_dump_never_signals_a_stale_or_foreign_pid(tmp_path):
         assert victim.poll() is None  # still alive: nothing was signalled
     finally:
         victim.kill()
+
+
+def test_a_variant_that_changes_a_set_kill_switch_is_refused():
+    from commbench.safety import active_kill_switches, kill_switch_conflict
+
+    site = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "true"}
+    assert set(active_kill_switches(site)) == {"NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS"}
+    reason = kill_switch_conflict({"NCCL_NVLS_ENABLE": "1"}, site)
+    assert reason and "NCCL_NVLS_ENABLE=0" in reason and "cannot be overridden" in reason
+    assert kill_switch_conflict({"NCCL_NVLS_ENABLE": "0", "NCCL_ALGO": "Ring"}, site) is None
+    assert kill_switch_conflict({"NCCL_NVLS_ENABLE": "1"}, {}) is None
