@@ -1,13 +1,14 @@
 """Acceptance: evaluate rules on a run -> verdicts (pass/fail with reasons), JUnit XML, report."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 import pandas as pd
 
-from commbench.accept_localize import slow_from_samples
+from commbench.accept_localize import blame_pairs, host_outliers, slow_from_samples
 from commbench.accept_rules import Rule, RuleSet, check_columns
 from commbench.report.load import Run
 from commbench.units import format_size
@@ -143,12 +144,50 @@ def node_verdicts(run: Run, ruleset: RuleSet) -> tuple[list[Verdict], pd.DataFra
     return out, findings
 
 
+def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> list[Verdict]:
+    """Per-node and pairwise placements (`hosts` column): name the bad node or the bad links.
+
+    A pair passes when all its rows are ok and every rule that selects its rows passes on them
+    alone; blame_pairs then names the node common to every failing pair. Per-node rows are
+    compared across hosts by robust z (needs 3 or more hosts)."""
+    df = run.results
+    if "hosts" not in df.columns:
+        return []
+    out = []
+    placed = df[df["hosts"].notna() & (df["hosts"].astype(str) != "")]
+    pairs = placed[placed["hosts"].astype(str).str.contains(",")]
+    if not pairs.empty:
+        passed = {}
+        for hosts, rows in pairs.groupby("hosts"):
+            sub = dataclasses.replace(run, results=rows)
+            wrong = pd.to_numeric(rows["wrong"], errors="coerce").fillna(0) if "wrong" in rows else pd.Series([0])
+            ok = rows["status"].eq("ok").all() and not (wrong > 0).any()
+            verdicts = [evaluate_rule(r, sub, baseline) for r in ruleset.rules if not select(rows, r).empty]
+            ok = ok and all(v.passed for v in verdicts)
+            passed[tuple(str(hosts).split(","))] = bool(ok)
+        blame = blame_pairs(passed)
+        if blame["node"] is not None:
+            out.append(Verdict(f"bad node {blame['node']}", "node", False, f"{len(blame['links'])} failing pair(s)",
+                               "every pair passes", blame["why"]))
+        elif blame["links"]:
+            links = ", ".join("-".join(p) for p in blame["links"])
+            out.append(Verdict("bad links", "node", False, links, "every pair passes", blame["why"]))
+    single = placed[~placed["hosts"].astype(str).str.contains(",")]
+    if "host" in single.columns and single["host"].nunique() >= 3:
+        z = host_outliers(single)
+        for rec in z[z["flagged"]].to_dict("records") if not z.empty else []:
+            out.append(Verdict(f"slow host {rec['host']}", "node", False, f"robust z {rec['median_z']:.1f}",
+                               "robust z < 3.5", f"{rec['host']} is an outlier among the per-node runs"))
+    return out
+
+
 def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[list[Verdict], pd.DataFrame]:
     """All verdicts for a run (rules, bad rows, slow nodes) and the localisation table."""
     check_columns(ruleset, run.results.columns)
     verdicts = [evaluate_rule(rule, run, baseline) for rule in ruleset.rules]
     verdicts += row_verdicts(run, ruleset.require_all_ok)
     nodes, findings = node_verdicts(run, ruleset)
+    nodes += placement_verdicts(run, ruleset, baseline)
     suspects = ", ".join(v.check.split(" ", 2)[2] for v in nodes if v.check.startswith("slow host"))
     if suspects:
         for v in verdicts:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .hosts import round_robin_pairs  # noqa: F401 - re-exported: schedules pairwise rounds
+
 from commbench.accept_rules import LocalizeSettings
 
 # 0.6745 makes the MAD a consistent estimate of the standard deviation for normal data.
@@ -109,18 +111,6 @@ def host_outliers(results: pd.DataFrame, metric: str = "busbw_gbps", higher_is_b
     out = pd.DataFrame(recs).groupby("host")["z"].median().rename("median_z").reset_index()
     out["flagged"] = out["median_z"] >= z_threshold
     return out
-
-
-def round_robin_pairs(nodes: list[str]) -> list[list[tuple[str, str]]]:
-    """Rounds of disjoint pairs (circle method) in which every pair of nodes meets exactly once."""
-    ring = list(nodes) + ([None] if len(nodes) % 2 else [])
-    n = len(ring)
-    rounds = []
-    for _ in range(n - 1):
-        pairs = [(ring[i], ring[n - 1 - i]) for i in range(n // 2)]
-        rounds.append([tuple(sorted(p)) for p in pairs if None not in p])
-        ring = [ring[0], ring[-1], *ring[1:-1]]  # keep the first node fixed, rotate the rest
-    return rounds
 
 
 def blame_pairs(results: dict[tuple[str, str], bool]) -> dict:

@@ -55,14 +55,22 @@ def _is_open_mpi(mpiexec: str) -> bool:
     return "Open MPI" in text or "OpenRTE" in text
 
 
-def launcher_argv(ranks: int, ranks_per_node: int, env_keys: list[str]) -> list[str]:
-    """argv prefix that starts ``ranks`` processes, one per GPU slot."""
+def launcher_argv(ranks: int, ranks_per_node: int, env_keys: list[str],
+                  hosts: tuple[str, ...] = ()) -> list[str]:
+    """argv prefix that starts ``ranks`` processes, one per GPU slot (on ``hosts`` when named)."""
     if inside_slurm_allocation() and shutil.which("srun"):
-        return ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks_per_node}",
+        argv = ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks_per_node}",
                 "--kill-on-bad-exit=1", "--export=ALL"]
+        if hosts:
+            argv += [f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}"]
+        return argv
     mpiexec = find_mpiexec()
     argv = [mpiexec, "-n", str(ranks)]
+    if hosts and not _is_open_mpi(mpiexec):
+        argv += ["-hosts", ",".join(hosts)]  # MPICH / Hydra spelling
     if _is_open_mpi(mpiexec):
+        if hosts:
+            argv += ["--host", ",".join(f"{h}:{ranks_per_node}" for h in hosts)]
         # no core binding: ranks run host threads (proxies, progress threads) beside the GPU work
         argv += ["--oversubscribe", "--bind-to", "none"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -113,7 +121,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     progress = Path(task["progress"])
     env = launch_env(run_dir, variant_env, allow_multicast)
     forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR"})
-    argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded) + [
+    argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded, tuple(task.get("hosts", ()))) + [
         sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
     log_path = run_dir / task["log"]
     t0 = time.time()

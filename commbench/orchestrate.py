@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import CommbenchError
 from .families.base import Case
 from .launch import run_launch
-from .results import RunFolder, RunFolderExists, load, new_run_dir
+from .results import RunFolder, RunFolderExists, load, new_run_dir, placement_columns
 from .suite import Suite, load_suite
 from .world import inside_mpi_job
 
@@ -29,7 +29,8 @@ def _row_for(case: Case, status: str, reason: str, log: str, ranks: int) -> dict
             "size_bytes": case.size_bytes, "world_size": ranks, "ranks_per_node": case.ranks_per_node,
             "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
             "timing": case.timing, "status": status, "reason": reason, "log": log,
-            **{k: v for k, v in case.params if k != "in_place"}}
+            **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"}}
+
 
 
 def _log_tail(path: Path, lines: int = 6) -> str:
@@ -75,7 +76,8 @@ def write_plan(folder: RunFolder, suite: Suite) -> None:
     plan = {"suite": suite.name,
             "cases": [{"case_id": c.case_id, "case": c.to_json()} for c in suite.cases],
             "launches": [{"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
-                          "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids)}
+                          "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
+                          "hosts": list(l.hosts)}
                          for l in suite.launches]}
     (folder.path / "plan.json").write_text(json.dumps(plan, indent=1))
 
@@ -148,12 +150,13 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
     log = f"logs/launch-{launch.launch_id}.log"
     progress = folder.path / "logs" / f"launch-{launch.launch_id}.progress.jsonl"
     record = {"launch_id": launch.launch_id, "ranks": launch.ranks, "env": dict(launch.env),
+              "hosts": list(launch.hosts),
               "variant": launch.variant, "log": log, "status": "ok", "reason": "", "wall_s": 0.0}
     attempt = 0
     while pending:
         task = {"launch_id": launch.launch_id, "attempt": attempt, "ranks": launch.ranks,
                 "ranks_per_node": launch.ranks_per_node, "case_ids": pending, "log": log,
-                "progress": str(progress)}
+                "progress": str(progress), "hosts": list(launch.hosts)}
         timeouts = {cid: by_id[cid].timeout_s for cid in pending}
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
         out = run_launch(folder.path, task, dict(launch.env), timeouts, on_event=display.event,

@@ -131,6 +131,13 @@ class RunFolder:
         return json.loads(p.read_text()) if p.exists() else {}
 
 
+def placement_columns(case) -> dict:
+    """Row columns of a placed Case: `hosts` (comma-joined), and `host` when it ran on one host."""
+    if not case.hosts:
+        return {}
+    return {"hosts": ",".join(case.hosts), **({"host": case.hosts[0]} if len(case.hosts) == 1 else {})}
+
+
 def _jsonable(obj):
     if hasattr(obj, "item"):
         return obj.item()

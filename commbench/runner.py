@@ -16,7 +16,7 @@ from . import metrics, timing
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
-from .results import RunFolder
+from .results import RunFolder, placement_columns
 from .world import World
 
 
@@ -72,7 +72,7 @@ def base_row(case: Case, world: World, log: str) -> dict:
         "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
         "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
         "status": "ok", "reason": "", "log": log,
-        **{k: v for k, v in case.params if k != "in_place"},
+        **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
     }
 
 

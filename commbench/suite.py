@@ -30,7 +30,10 @@ COMMON_KEYS: dict[str, str] = {
     "timing": "auto | events | pipelined | graph | host (auto: CUDA events on GPU, host clock on CPU)",
     "env": "environment variables for the launch; a list of values makes one variant (fresh launch) each",
     "params": "family parameters (see `commbench list`); lists expand to cross products",
+    "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
+                 "in rounds of disjoint pairs); hosts from COMMBENCH_HOSTS or the Slurm allocation",
 }
+PLACEMENTS = ("together", "per_node", "pairs")
 BENCH_KEYS: dict[str, str] = {"name": "benchmark name (unique in the suite)",
                               "family": "benchmark family (see `commbench list`)", **COMMON_KEYS}
 TOP_KEYS: dict[str, str] = {
@@ -55,6 +58,7 @@ class Launch:
     env: tuple[tuple[str, str], ...]
     variant: str
     case_ids: tuple[str, ...]
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -268,6 +272,23 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
             err.add(_line(bench, defaults, "ranks"), f"{where}.ranks", f"expected a positive integer or 'all', got {r!r}")
             continue
         ranks_list.append(_resolve_ranks(r, gpu_count))
+    placement = m.get("placement", "together")
+    host_groups: list[tuple[str, ...]] = [()]
+    if placement not in PLACEMENTS:
+        err.add(_line(bench, defaults, "placement"), f"{where}.placement",
+                f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
+    elif placement != "together":
+        from .hosts import allocation_hosts, round_robin_pairs
+
+        hosts = allocation_hosts()
+        if placement == "per_node":
+            host_groups = [(h,) for h in hosts]
+        elif len(hosts) < 2:
+            err.add(_line(bench, defaults, "placement"), f"{where}.placement",
+                    f"pairs needs at least 2 hosts, found {hosts} (set COMMBENCH_HOSTS or run in a "
+                    f"Slurm allocation)")
+        else:
+            host_groups = [pair for rnd in round_robin_pairs(hosts) for pair in rnd]
     timing = m.get("timing", "auto")
     if timing not in TIMINGS:
         err.add(_line(bench, defaults, "timing"), f"{where}.timing", f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
@@ -320,28 +341,31 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
     cases = []
-    for ranks, envv, op, backend, dtype, pcombo, size in itertools.product(
-            ranks_list, env_variants, ops, backends, dtypes,
+    for hosts, ranks, envv, op, backend, dtype, pcombo, size in itertools.product(
+            host_groups, ranks_list, env_variants, ops, backends, dtypes,
             itertools.product(*param_lists.values()), sizes):
         rpn = int(ints["ranks_per_node"] or ranks)
+        # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
+        n_ranks = rpn * len(hosts) if hosts else ranks
         cases.append(Case(
             suite=suite_name, bench=bname, family=fam.name, op=op, backend=backend,
             variant=_variant_label(envv, varying), env=tuple(sorted(envv.items())),
             dtype=dtype, size_bytes=size, params=tuple(zip(pkeys, pcombo)),
             warmup=int(ints["warmup"]) if ints["warmup"] is not None else default_iters(size, True),
             iters=int(ints["iters"]) if ints["iters"] is not None else default_iters(size, False),
-            timing=timing, ranks=ranks, ranks_per_node=min(rpn, ranks),
-            timeout_s=float(ints["timeout_s"])))
+            timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
+            timeout_s=float(ints["timeout_s"]), hosts=hosts))
     return cases
 
 
 def group_launches(cases: list[Case]) -> list[Launch]:
-    """One launch per distinct (ranks, ranks_per_node, env, multicast opt-in), in first-seen order."""
+    """One launch per distinct (ranks, ranks_per_node, env, multicast opt-in, hosts), in first-seen order."""
     groups: dict[tuple, list[Case]] = {}
     for c in cases:
-        groups.setdefault((c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast"))), []).append(c)
+        key = (c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast")), c.hosts)
+        groups.setdefault(key, []).append(c)
     out = []
-    for i, ((ranks, rpn, env, _mc), cs) in enumerate(groups.items()):
+    for i, ((ranks, rpn, env, _mc, hosts), cs) in enumerate(groups.items()):
         out.append(Launch(launch_id=i, ranks=ranks, ranks_per_node=rpn, env=env,
-                          variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs)))
+                          variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs), hosts=hosts))
     return out

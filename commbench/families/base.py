@@ -44,6 +44,7 @@ class Case:
     ranks: int
     ranks_per_node: int
     timeout_s: float
+    hosts: tuple[str, ...] = ()  # named hosts of a per-node / pairwise placement; () = anywhere
 
     def param(self, name: str, default: Any = None) -> Any:
         return dict(self.params).get(name, default)
@@ -54,11 +55,11 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        key = json.dumps(
-            [self.bench, self.family, self.op, self.backend, self.variant, self.env,
-             self.dtype, self.size_bytes, self.params, self.timing, self.ranks],
-            sort_keys=True, default=str,
-        )
+        fields = [self.bench, self.family, self.op, self.backend, self.variant, self.env,
+                  self.dtype, self.size_bytes, self.params, self.timing, self.ranks]
+        if self.hosts:
+            fields.append(list(self.hosts))
+        key = json.dumps(fields, sort_keys=True, default=str)
         return hashlib.sha1(key.encode()).hexdigest()[:12]
 
     def to_json(self) -> dict:
@@ -72,6 +73,7 @@ class Case:
         d = dict(d)
         d["env"] = tuple(tuple(kv) for kv in d["env"])
         d["params"] = tuple((k, _freeze(v)) for k, v in d["params"])
+        d["hosts"] = tuple(d.get("hosts", ()))
         return cls(**d)
 
 
