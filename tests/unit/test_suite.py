@@ -145,9 +145,10 @@ def test_missing_file_is_a_clear_error(tmp_path):
     assert "cannot read" in result.output
 
 
-def test_shipped_suites_validate():
+def test_shipped_suites_validate(monkeypatch):
     from pathlib import Path
 
+    monkeypatch.setenv("COMMBENCH_HOSTS", "n1,n2,n3,n4")  # placement: pairs needs several hosts
     root = Path(__file__).resolve().parents[2] / "suites"
     for p in sorted(root.glob("*.yaml")):
         load_suite(p, gpu_count=8)
