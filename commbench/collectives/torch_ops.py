@@ -25,6 +25,9 @@ def process_group(ctx: RankContext):
 
     if "torch_pg" in ctx.cache:
         return ctx.cache["torch_pg"]
+    if dist.is_initialized():  # another family of this launch made the default group: share it
+        ctx.cache["torch_pg"] = dist.group.WORLD
+        return ctx.cache["torch_pg"]
     world = ctx.world
     addr = None
     if world.is_root:
@@ -33,7 +36,8 @@ def process_group(ctx: RankContext):
     addr = world.bcast(addr)
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     kwargs = {}
-    if ctx.device.startswith("cuda"):
+    if ctx.device.startswith("cuda") and world.local_size <= torch.cuda.device_count():
+        # eager NCCL set-up; skipped when ranks share a GPU (NCCL refuses that, gloo still works)
         kwargs["device_id"] = torch.device(ctx.device)
     dist.init_process_group(backend=backend, init_method=addr, rank=world.rank,
                             world_size=world.size, **kwargs)
