@@ -35,13 +35,17 @@ def cli():
 @click.option("--resume", is_flag=True, help="continue the run folder, skipping Cases already finished")
 @click.option("--dry-run", is_flag=True, help="validate and print the Cases and launches; run nothing")
 @click.option("--quiet", is_flag=True, help="no live progress display")
-def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool):
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="override a key in every benchmark, e.g. --set ranks=2 --set sizes=[1MiB] "
+                   "--set params.num_sms=16 (recorded in run.json)")
+def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...]):
     """Run a suite: every Case measured, checked and stored in a run folder."""
     from .orchestrate import run_suite
-    from .suite import load_suite
+    from .suite import load_suite, parse_overrides
 
+    overrides = parse_overrides(sets)
     if dry_run:
-        s = load_suite(suite)
+        s = load_suite(suite, overrides=overrides)
         _print_plan(s)
         return
     import signal
@@ -51,7 +55,7 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool)
 
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet)
+        run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet, overrides=overrides)
     except KeyboardInterrupt:
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
@@ -74,11 +78,12 @@ def _print_plan(s) -> None:
 
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
-def validate(suite: Path):
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="as for `run`")
+def validate(suite: Path, sets: tuple[str, ...]):
     """Check a suite file; print what it expands to. Exit 2 on any problem."""
-    from .suite import load_suite
+    from .suite import load_suite, parse_overrides
 
-    s = load_suite(suite)
+    s = load_suite(suite, overrides=parse_overrides(sets))
     click.echo(f"{suite}: ok: {len(s.cases)} cases in {len(s.launches)} launch(es)")
 
 

@@ -42,9 +42,10 @@ def _root_prepares(world, suite, out_dir: Path | None, resume: bool) -> RunFolde
     return RunFolder(Path(value))
 
 
-def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool) -> Path:
+def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool,
+                         overrides: dict | None = None) -> Path:
     world = build_world()
-    suite = load_suite(suite_path)
+    suite = load_suite(suite_path, overrides=overrides)
     folder = _root_prepares(world, suite, out_dir, resume)
     done = set()
     if world.is_root:

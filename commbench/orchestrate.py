@@ -91,20 +91,23 @@ def base_meta(suite: Suite, started: str) -> dict:
 
 
 def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = False,
-              console=None, show_progress: bool = True) -> Path:
-    """Run every Case of a suite; return the run folder. Used by `run` and `accept`."""
+              console=None, show_progress: bool = True, overrides: dict | None = None) -> Path:
+    """Run every Case of a suite; return the run folder. Used by `run` and `accept`.
+
+    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded."""
     if inside_mpi_job():
         from .inprocess import run_suite_inside_mpi
 
-        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume)
+        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides)
     from .ui import RunDisplay
 
-    suite = load_suite(suite_path)
+    suite = load_suite(suite_path, overrides=overrides)
     folder = prepare_folder(suite, out_dir, resume)
     write_plan(folder, suite)
     started = _now()
     previous = folder.read_meta() if resume else {}
     meta = base_meta(suite, started)
+    meta["overrides"] = dict(overrides or {})
     meta["launches"] = list(previous.get("launches", []))
     if previous:
         meta["started_utc"] = previous.get("started_utc", started)

@@ -152,3 +152,27 @@ def test_shipped_suites_validate(monkeypatch):
     root = Path(__file__).resolve().parents[2] / "suites"
     for p in sorted(root.glob("*.yaml")):
         load_suite(p, gpu_count=8)
+
+
+def test_set_overrides_every_benchmark(tmp_path):
+    from commbench.suite import parse_overrides
+
+    over = parse_overrides(["ranks=4", "sizes=[1KiB]", "params.in_place=true", "op=all_reduce"])
+    s = load_suite(write(tmp_path, GOOD), gpu_count=0, overrides=over)
+    assert {c.ranks for c in s.cases} == {4}
+    assert {c.size_bytes for c in s.cases} == {1024}
+    assert {c.param("in_place") for c in s.cases} == {True}
+    assert {c.op for c in s.cases} == {"all_reduce"}
+
+
+@pytest.mark.parametrize("item", ["rank=2", "noequals", "params=1", "name=x"])
+def test_bad_set_is_a_clear_error(item):
+    from commbench.suite import parse_overrides
+
+    with pytest.raises(SuiteError, match="--set"):
+        parse_overrides([item])
+
+
+def test_cli_set_reaches_validation(tmp_path):
+    result = CliRunner().invoke(cli, ["validate", str(write(tmp_path, GOOD)), "--set", "iters=0"])
+    assert result.exit_code == 2 and "iters" in result.output
