@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import CommbenchError
 from .families.base import Case
 from .launch import run_launch
-from .results import RunFolder, RunFolderExists, load, new_run_dir, placement_columns
+from .results import RunFolder, RunFolderExists, case_row, load, new_run_dir
 from .suite import Suite, load_suite
 from .world import inside_mpi_job
 
@@ -24,13 +24,9 @@ def _now() -> str:
 
 
 def _row_for(case: Case, status: str, reason: str, log: str, ranks: int) -> dict:
-    return {"suite": case.suite, "bench": case.bench, "case_id": case.case_id, "family": case.family,
-            "op": case.op, "backend": case.backend, "variant": case.variant, "dtype": case.dtype,
-            "size_bytes": case.size_bytes, "world_size": ranks, "ranks_per_node": case.ranks_per_node,
-            "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
-            "timing": case.timing, "status": status, "reason": reason, "log": log,
-            **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"}}
-
+    """Row for a Case the parent settles itself (skipped before launch, timeout, failed launch)."""
+    return case_row(case, world_size=ranks, num_nodes=len(case.hosts) or None,
+                    ranks_per_node=case.ranks_per_node, log=log, status=status, reason=reason)
 
 
 def _log_tail(path: Path, lines: int = 6) -> str:

@@ -138,6 +138,22 @@ def placement_columns(case) -> dict:
     return {"hosts": ",".join(case.hosts), **({"host": case.hosts[0]} if len(case.hosts) == 1 else {})}
 
 
+def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: int, log: str,
+             status: str = "ok", reason: str = "") -> dict:
+    """A result row for ``case`` with every column of docs/results.md (measurements still empty)."""
+    return {
+        "suite": case.suite, "bench": case.bench, "case_id": case.case_id, "family": case.family,
+        "op": case.op, "backend": case.backend, "variant": case.variant, "dtype": case.dtype,
+        "size_bytes": case.size_bytes, "count": None, "world_size": world_size,
+        "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
+        "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
+        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
+        "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
+        "status": status, "reason": reason, "log": log,
+        **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
+    }
+
+
 def _jsonable(obj):
     if hasattr(obj, "item"):
         return obj.item()

@@ -16,7 +16,7 @@ from . import metrics, timing
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
-from .results import RunFolder, placement_columns
+from .results import RunFolder, case_row
 from .world import World
 
 
@@ -63,17 +63,8 @@ def select_device(world: World, cases: list[Case]) -> str:
 
 
 def base_row(case: Case, world: World, log: str) -> dict:
-    return {
-        "suite": case.suite, "bench": case.bench, "case_id": case.case_id, "family": case.family,
-        "op": case.op, "backend": case.backend, "variant": case.variant, "dtype": case.dtype,
-        "size_bytes": case.size_bytes, "count": None, "world_size": world.size,
-        "num_nodes": world.num_nodes, "ranks_per_node": world.local_size,
-        "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
-        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
-        "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
-        "status": "ok", "reason": "", "log": log,
-        **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
-    }
+    return case_row(case, world_size=world.size, num_nodes=world.num_nodes,
+                    ranks_per_node=world.local_size, log=log)
 
 
 def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:

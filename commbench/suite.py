@@ -69,7 +69,6 @@ class Suite:
     path: Path
     cases: list[Case] = field(default_factory=list)
     launches: list[Launch] = field(default_factory=list)
-    raw: dict = field(default_factory=dict)
 
 
 class _Errors:
@@ -245,7 +244,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         benches = LineList()
     if gpu_count is None:
         gpu_count = _gpu_count_hint()
-    suite = Suite(name=name, path=path, raw=raw)
+    suite = Suite(name=name, path=path)
     seen_names: set[str] = set()
     for i, bench in enumerate(benches):
         where = f"benchmarks[{i}]"

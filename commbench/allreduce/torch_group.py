@@ -7,7 +7,7 @@ already initialised torch.distributed.
 """
 from __future__ import annotations
 
-import socket
+from ..collectives.torch_ops import tcp_store
 
 _KEY = "allreduce.torch_group"
 
@@ -20,7 +20,7 @@ def group_name(ctx) -> str:
 
     if not dist.is_initialized():
         world = ctx.world
-        store = _make_store(world)
+        store = tcp_store(world)
         dist.init_process_group("gloo", store=store, rank=world.rank, world_size=world.size)
         ctx.on_close(dist.destroy_process_group)
     name = dist.group.WORLD.group_name
@@ -31,19 +31,3 @@ def group_name(ctx) -> str:
         symm_mem.enable_symm_mem_for_group(name)
     ctx.cache[_KEY] = name
     return name
-
-
-def _make_store(world):
-    from torch.distributed import TCPStore
-
-    if world.rank == 0:
-        # One node: loopback needs no name resolution. Several: rank 0's host name.
-        host = "127.0.0.1" if world.num_nodes == 1 else socket.gethostname()
-        store = TCPStore(host, 0, world.size, is_master=True, wait_for_workers=False)
-        addr = (host, store.port)
-    else:
-        store, addr = None, None
-    addr = world.comm.bcast(addr, root=0)
-    if store is None:
-        store = TCPStore(addr[0], addr[1], world.size, is_master=False)
-    return store

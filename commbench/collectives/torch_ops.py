@@ -12,10 +12,21 @@ import socket
 from ..families.base import RankContext
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+def tcp_store(world):
+    """A torch TCPStore served by rank 0 on a port the OS picks (no port race), address sent over MPI."""
+    from torch.distributed import TCPStore
+
+    if world.rank == 0:
+        # one node: loopback needs no name resolution; several: rank 0's host name
+        host = "127.0.0.1" if world.num_nodes == 1 else socket.gethostname()
+        store = TCPStore(host, 0, world.size, is_master=True, wait_for_workers=False)
+        addr = (host, store.port)
+    else:
+        store, addr = None, None
+    addr = world.bcast(addr)
+    if store is None:
+        store = TCPStore(addr[0], addr[1], world.size, is_master=False)
+    return store
 
 
 def process_group(ctx: RankContext):
@@ -29,17 +40,12 @@ def process_group(ctx: RankContext):
         ctx.cache["torch_pg"] = dist.group.WORLD
         return ctx.cache["torch_pg"]
     world = ctx.world
-    addr = None
-    if world.is_root:
-        host = "127.0.0.1" if world.num_nodes == 1 else socket.gethostname()
-        addr = f"tcp://{host}:{_free_port()}"
-    addr = world.bcast(addr)
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     kwargs = {}
     if ctx.device.startswith("cuda") and world.local_size <= torch.cuda.device_count():
         # eager NCCL set-up; skipped when ranks share a GPU (NCCL refuses that, gloo still works)
         kwargs["device_id"] = torch.device(ctx.device)
-    dist.init_process_group(backend=backend, init_method=addr, rank=world.rank,
+    dist.init_process_group(backend=backend, store=tcp_store(world), rank=world.rank,
                             world_size=world.size, **kwargs)
     ctx.cache["torch_pg"] = dist.group.WORLD
     ctx.on_close(dist.destroy_process_group)
