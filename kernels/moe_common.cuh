@@ -35,7 +35,18 @@ struct Layout {
   long long ll_recv_scales; // f32[L][R][max_tokens][num_scales]
   long long ll_y;           // bf16[L][R][max_tokens][H]
   long long ll_comb_buf;    // bf16[max_tokens][K][H]: rows returned to the source
-  long long ll_comb_cnt;    // u32[E]: per-expert return counters
+  long long ll_comb_cnt;    // u64[E]: per-expert return counters (one per combine)
+  long long ll_send_x;      // u8[T][row_bytes]: NVSHMEM only, the input staged in symmetric memory
+  long long ll_send_scales; // f32[T][num_scales]: NVSHMEM only, its FP8 scales
+};
+
+// Epoch of one kind of launch (dispatch or combine), kept on the device so a
+// CUDA graph can replay the launch: every block reads value + 1 when it
+// starts; the last block to finish stores it. Launches on one stream are
+// ordered, so the next launch sees the stored value.
+struct EpochCounter {
+  uint32_t value;
+  uint32_t blocks_done;
 };
 
 template <typename T>
@@ -97,6 +108,18 @@ __device__ bool wait_count(const uint32_t* p, uint32_t target, int* err) {
   return true;
 }
 
+__device__ bool wait_count64(const uint64_t* p, uint64_t target, int* err) {
+  uint64_t start = now_ns();
+  while (ld_acquire_u64(p) < target) {
+    if (*reinterpret_cast<volatile int*>(err) || now_ns() - start > kTimeoutNs) {
+      atomicExch(err, 1);
+      return false;
+    }
+    __nanosleep(64);
+  }
+  return true;
+}
+
 // One warp copies `bytes` (a multiple of 16) with 16-byte accesses.
 __device__ __forceinline__ void warp_copy16(void* dst, const void* src, int bytes, int lane) {
   int4* d = reinterpret_cast<int4*>(dst);
@@ -106,6 +129,14 @@ __device__ __forceinline__ void warp_copy16(void* dst, const void* src, int byte
 
 __device__ __forceinline__ void warp_copy4(float* dst, const float* src, int n, int lane) {
   for (int i = lane; i < n; i += 32) dst[i] = src[i];
+}
+
+// One warp copies `bytes` (a multiple of 4): 16-byte accesses when both ends allow.
+__device__ __forceinline__ void warp_copy(void* dst, const void* src, int bytes, int lane) {
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) & 15) == 0)
+    warp_copy16(dst, src, bytes, lane);
+  else
+    warp_copy4(static_cast<float*>(dst), static_cast<const float*>(src), bytes / 4, lane);
 }
 
 // Eight BF16 values in an int4 -> accumulate scale * v into acc[8].
@@ -125,6 +156,23 @@ __device__ __forceinline__ int4 pack_bf16x8(const float* acc) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) h[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
   return out;
+}
+
+__device__ __forceinline__ uint32_t epoch_begin(const EpochCounter* c) {
+  return *reinterpret_cast<const volatile uint32_t*>(&c->value) + 1;
+}
+
+// Call from every thread at the very end of the kernel.
+__device__ __forceinline__ void epoch_end(EpochCounter* c, uint32_t epoch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&c->blocks_done, 1u) == gridDim.x - 1) {
+      c->blocks_done = 0;
+      *reinterpret_cast<volatile uint32_t*>(&c->value) = epoch;
+      __threadfence();
+    }
+  }
 }
 
 inline Dims dims_from(const int* d) {

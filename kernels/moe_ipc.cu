@@ -10,6 +10,13 @@ extern "C" int moe_malloc(void** ptr, size_t bytes) {
   return int(cudaMemset(*ptr, 0, bytes));
 }
 
+// Zero `bytes` at `ptr` and wait for it (used on NVSHMEM workspaces reused across Cases).
+extern "C" int moe_zero(void* ptr, size_t bytes) {
+  cudaError_t e = cudaMemset(ptr, 0, bytes);
+  if (e != cudaSuccess) return int(e);
+  return int(cudaDeviceSynchronize());
+}
+
 extern "C" int moe_free(void* ptr) { return int(cudaFree(ptr)); }
 
 extern "C" int moe_ipc_handle_size() { return int(sizeof(cudaIpcMemHandle_t)); }

@@ -1,6 +1,7 @@
 // MoE dispatch/combine, normal (high-throughput) mode, standard layout, over
 // peer pointers (CUDA IPC). Received rows are compact at every destination,
-// ordered by source rank, then source token.
+// ordered by source rank, then source token. Epochs live on the device
+// (EpochCounter), so both launches can be captured in a CUDA graph.
 #include "moe_common.cuh"
 
 using namespace moe;
@@ -14,7 +15,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 normal_dispatch(const uint64_t* peers, Dims d, Layout lay, const int* send_pos,
                 const int* send_count, const int* expert_count, const int* topk_idx,
                 const float* topk_w, const uint8_t* x, const float* scales, int* base_off,
-                uint32_t epoch, int* err) {
+                EpochCounter* epochs, int* err) {
+  const uint32_t epoch = epoch_begin(epochs);
   __shared__ int s_base[kMaxRanks];
   const int R = d.num_ranks, L = d.local_experts, K = d.topk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -75,14 +77,16 @@ normal_dispatch(const uint64_t* peers, Dims d, Layout lay, const int* send_pos,
     const uint32_t* done = at<uint32_t>(peers[d.rank], lay.done_in);
     wait_count(done + threadIdx.x, epoch * gridDim.x, err);
   }
+  epoch_end(epochs, epoch);
 }
 
 // Combine (pull): wait until every rank's expert outputs are ready, then each
 // warp reduces one token: out[t] = sum over destination ranks of w * y_dst[row].
 __global__ void __launch_bounds__(kWarps * 32)
 normal_combine(const uint64_t* peers, Dims d, Layout lay, const int* send_pos,
-               const int* base_off, const float* rank_w, __nv_bfloat16* out, uint32_t epoch,
-               int* err) {
+               const int* base_off, const float* rank_w, __nv_bfloat16* out,
+               EpochCounter* epochs, int* err) {
+  const uint32_t epoch = epoch_begin(epochs);
   __shared__ int s_base[kMaxRanks];
   const int R = d.num_ranks, H = d.hidden;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -108,30 +112,31 @@ normal_combine(const uint64_t* peers, Dims d, Layout lay, const int* send_pos,
       reinterpret_cast<int4*>(out + (long long)t * H)[v] = pack_bf16x8(acc);
     }
   }
+  epoch_end(epochs, epoch);
 }
 
 extern "C" int moe_normal_dispatch(const uint64_t* peers, const int* dims, const long long* offs,
                                    const int* send_pos, const int* send_count,
                                    const int* expert_count, const int* topk_idx,
                                    const float* topk_w, const void* x, const float* scales,
-                                   int* base_off, unsigned epoch, int num_sms, int* err,
+                                   int* base_off, void* epochs, int num_sms, int* err,
                                    cudaStream_t stream) {
   Dims d = dims_from(dims);
   if (d.num_ranks > kMaxRanks) return int(cudaErrorInvalidValue);
   normal_dispatch<<<num_sms, kWarps * 32, 0, stream>>>(
       peers, d, layout_from(offs), send_pos, send_count, expert_count, topk_idx, topk_w,
-      static_cast<const uint8_t*>(x), scales, base_off, epoch, err);
+      static_cast<const uint8_t*>(x), scales, base_off, static_cast<EpochCounter*>(epochs), err);
   return int(cudaGetLastError());
 }
 
 extern "C" int moe_normal_combine(const uint64_t* peers, const int* dims, const long long* offs,
                                   const int* send_pos, const int* base_off, const float* rank_w,
-                                  void* out, unsigned epoch, int num_sms, int* err,
+                                  void* out, void* epochs, int num_sms, int* err,
                                   cudaStream_t stream) {
   Dims d = dims_from(dims);
   if (d.num_ranks > kMaxRanks || d.hidden % 8) return int(cudaErrorInvalidValue);
   normal_combine<<<num_sms, kWarps * 32, 0, stream>>>(
       peers, d, layout_from(offs), send_pos, base_off, rank_w,
-      static_cast<__nv_bfloat16*>(out), epoch, err);
+      static_cast<__nv_bfloat16*>(out), static_cast<EpochCounter*>(epochs), err);
   return int(cudaGetLastError());
 }

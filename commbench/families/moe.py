@@ -1,5 +1,6 @@
 """MoE expert-parallel dispatch/combine: our kernels (normal and low-latency
-layouts over CUDA IPC) against NCCL baselines, torch symmetric memory and DeepEP.
+layouts over CUDA IPC, low-latency over NVSHMEM) against NCCL baselines, torch
+symmetric memory and DeepEP.
 
 ``size_bytes`` is the per-rank BF16 input (tokens * hidden * 2), whatever the
 dispatch dtype; routing, shape and SM count are parameters (all columns).
@@ -12,6 +13,8 @@ from ..errors import SkipCase
 from .base import Case, Family, Param, RankContext, Traffic
 
 IPC_BACKENDS = ("ipc", "ipc_ll")
+OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
+LL_BACKENDS = ("ipc_ll", "nvshmem_ll")
 NCCL_BACKENDS = ("nccl_a2a", "nccl_agrs", "symm_a2av", "deepep")
 LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shared memory
 
@@ -51,12 +54,7 @@ class MoeFamily(Family):
             return "combine is BF16 only (FP8 applies to dispatch)"
         if prm["experts"] % case.ranks:
             return f"experts ({prm['experts']}) must be a multiple of the ranks ({case.ranks})"
-        if case.backend == "nvshmem_ll":
-            return ("the NVSHMEM low-latency kernels are not written yet; the same batched "
-                    "layout with flag signals runs over CUDA IPC as backend ipc_ll")
-        if case.backend in IPC_BACKENDS and case.timing == "graph":
-            return "our IPC kernels take their epoch from the host: no CUDA-graph capture yet"
-        if case.backend == "ipc_ll":
+        if case.backend in LL_BACKENDS:
             budget = max(prm["max_tokens"], tokens_for(case.size_bytes, prm["hidden"]))
             if budget > LL_SMEM_TOKENS:
                 return f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank"
@@ -72,11 +70,8 @@ class MoeFamily(Family):
         prm = self._params(case)
         world = ctx.world
         problem = make_problem(case.size_bytes, prm, world.rank, world.size, case.dtype)
-        if case.backend in IPC_BACKENDS:
-            from ..moe.peer import PeerState
-
-            mode = "normal" if case.backend == "ipc" else "ll"
-            state = PeerState(problem, case.op, mode, world.comm, ctx.device, prm["max_tokens"])
+        if case.backend in OUR_BACKENDS:
+            state = _our_state(case, ctx, problem, prm)
         else:
             group = _nccl_group(ctx)
             if case.backend == "deepep":
@@ -131,6 +126,27 @@ def _columns(case: Case, routing, hidden: int) -> dict:
     return {"mode": "low_latency" if case.backend in LOW_LATENCY_BACKENDS else "normal",
             "tokens_per_rank": routing.num_tokens, "deepep_bytes": b.deepep_bytes,
             "link_bytes": b.link_bytes, "rows_per_rank": b.rows, **routing.imbalance()}
+
+
+def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
+    """PeerState for ipc / ipc_ll (CUDA IPC) or nvshmem_ll (NVSHMEM, which the launch brings up)."""
+    from ..moe.peer import PeerState
+
+    mode = "normal" if case.backend == "ipc" else "ll"
+    if case.backend != "nvshmem_ll":
+        return PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"])
+    import os
+
+    from ..nvshmem import boot
+    from .nvshmem import transport_label
+
+    handle = boot.ensure(ctx)   # SkipCase with NVSHMEM's reason when it cannot come up
+    state = PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"],
+                      transport="nvshmem", handle=handle)
+    all_p2p = all(ctx.world.allgather(state.ws.all_p2p))
+    state.extra.update(transport=transport_label(dict(os.environ), all_p2p),
+                       nvshmem_version=boot.metadata()["nvshmem"], nvshmem_mode=handle.status_name)
+    return state
 
 
 def _nccl_group(ctx: RankContext):

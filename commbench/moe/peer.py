@@ -1,9 +1,11 @@
-"""Our dispatch/combine kernels over CUDA IPC peer pointers (backends ipc and ipc_ll).
+"""Our dispatch/combine kernels over peer pointers: backends ipc and ipc_ll
+(CUDA IPC) and nvshmem_ll (NVSHMEM symmetric memory, puts + signals).
 
 ``PeerState`` owns the workspace, the inputs and the kernel arguments; it
-enqueues one dispatch or combine per ``run``. Epochs are counted on the
-host, so every rank must call ``run`` equally often (the runner does) and
-the op cannot be captured into a CUDA graph yet.
+enqueues one dispatch or combine per ``run`` on the current stream (so the
+runner's CUDA-graph capture records it). Epochs are counted on the device,
+one counter per op; every rank must still run the op equally often (the
+runner does).
 """
 from __future__ import annotations
 
@@ -21,8 +23,12 @@ def _vp(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
-def workspace_sizes(p: Problem, mode: str, max_tokens: int) -> dict[str, int]:
-    """Bytes of each workspace field for one mode."""
+TRANSPORTS = ("ipc", "nvshmem")
+EPOCH_COUNTER_INTS = 2   # moe::EpochCounter: value, blocks_done
+
+
+def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False) -> dict[str, int]:
+    """Bytes of each workspace field for one mode; ``staged`` adds the input (NVSHMEM)."""
     R, L, K, H = p.ranks, p.local_experts, p.topk, p.hidden
     if mode == "normal":
         rows = R * p.tokens     # worst case: every token of every rank comes here
@@ -31,28 +37,45 @@ def workspace_sizes(p: Problem, mode: str, max_tokens: int) -> dict[str, int]:
                 "recv_x": rows * p.row_bytes, "recv_scales": 4 * rows * p.num_scales,
                 "y": 2 * rows * H}
     slots = L * R * max_tokens
-    return {"ll_cnt_in": 8 * L * R, "ll_recv_count": 4 * L * R, "ll_recv_src": 4 * slots,
-            "ll_recv_x": slots * p.row_bytes, "ll_recv_scales": 4 * slots * p.num_scales,
-            "ll_y": 2 * slots * H, "ll_comb_buf": 2 * max_tokens * K * H,
-            "ll_comb_cnt": 4 * p.experts}
+    sizes = {"ll_cnt_in": 8 * L * R, "ll_recv_count": 4 * L * R, "ll_recv_src": 4 * slots,
+             "ll_recv_x": slots * p.row_bytes, "ll_recv_scales": 4 * slots * p.num_scales,
+             "ll_y": 2 * slots * H, "ll_comb_buf": 2 * max_tokens * K * H,
+             "ll_comb_cnt": 8 * p.experts}
+    if staged:
+        sizes.update(ll_send_x=p.tokens * p.row_bytes, ll_send_scales=4 * p.tokens * p.num_scales)
+    return sizes
 
 
 class PeerState:
-    """State of one ipc / ipc_ll Case on this rank (the runner reads stream and extra)."""
+    """State of one ipc / ipc_ll / nvshmem_ll Case on this rank (the runner reads stream and extra).
 
-    def __init__(self, p: Problem, op: str, mode: str, comm, device: str, max_tokens: int = 0):
-        self.p, self.op, self.mode, self.comm = p, op, mode, comm
+    ``transport`` is "ipc" or "nvshmem" (low-latency mode only; ``handle`` is
+    the launch's NVSHMEM handle).
+    """
+
+    def __init__(self, p: Problem, op: str, mode: str, comm, device: str, max_tokens: int = 0,
+                 transport: str = "ipc", handle=None):
+        if transport not in TRANSPORTS or (transport == "nvshmem" and mode != "ll"):
+            raise ValueError(f"no {mode} kernels over {transport}")
+        self.p, self.op, self.mode, self.comm, self.transport = p, op, mode, comm, transport
         self.device = torch.device(device)
-        self.stream = torch.cuda.Stream(self.device)
+        self.stream = torch.cuda.current_stream(self.device)
         self.max_tokens = max(max_tokens, p.tokens)
         self.extra: dict = {}
-        self.offsets, nbytes = workspace_layout(workspace_sizes(p, mode, self.max_tokens))
-        self.ws = PeerWorkspace(nbytes, comm, p.rank)
-        self.lib = jit.load("moe_normal" if mode == "normal" else "moe_ll")
-        self.dispatch_epoch = 0
-        self.combine_epoch = 0
+        staged = transport == "nvshmem"
+        self.offsets, nbytes = workspace_layout(workspace_sizes(p, mode, self.max_tokens, staged))
+        if staged:
+            from .shmem import ATTACH_SYMBOL, KERNELS, SymmetricWorkspace
+
+            self.lib = handle.load(KERNELS, ATTACH_SYMBOL)
+            self.ws = SymmetricWorkspace(handle, nbytes, comm, p.rank, p.ranks)
+        else:
+            self.lib = jit.load("moe_normal" if mode == "normal" else "moe_ll")
+            self.ws = PeerWorkspace(nbytes, comm, p.rank)
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             self._inputs()
+            if staged:
+                self._stage_inputs()
         self._args()
         if op == "combine":
             # The expert outputs combine reads: one dispatch, identity experts.
@@ -74,6 +97,8 @@ class PeerState:
         self.topk_w = w.to(dev)
         self.peers = torch.tensor(self.ws.peers, dtype=torch.int64, device=dev)
         self.err = torch.zeros(1, dtype=torch.int32, device=dev)
+        # moe::EpochCounter for dispatch, then for combine
+        self.epochs = torch.zeros(2 * EPOCH_COUNTER_INTS, dtype=torch.int32, device=dev)
         self.out = torch.empty(p.tokens, p.hidden, dtype=torch.bfloat16, device=dev)
         if self.mode == "normal":
             lay = ref.send_layout(p.routing, p.rank)
@@ -83,15 +108,40 @@ class PeerState:
             self.rank_w = lay.rank_weight.contiguous().to(dev)
             self.base_off = torch.zeros(p.ranks, dtype=torch.int32, device=dev)
 
+    def _stage_inputs(self) -> None:
+        """NVSHMEM puts read from symmetric memory: copy the input (and scales) there."""
+        base = self.ws.peers[self.p.rank]
+        self.write("ll_send_x", self.x_send)
+        self.x_src = base + self.offsets["ll_send_x"]
+        self.scales_src = base + self.offsets["ll_send_scales"]
+        if self.p.fp8:
+            self.write("ll_send_scales", self.scales)
+        self.stream.synchronize()
+
     def _args(self) -> None:
         p = self.p
         self.dims = (ctypes.c_int * 10)(p.rank, p.ranks, p.tokens, p.hidden, p.topk, p.experts,
                                         p.local_experts, p.row_bytes, p.num_scales,
                                         self.max_tokens)
         self.offs = offsets_array(self.offsets)
-        self.common = (_vp(self.peers), self.dims, self.offs)
+        if self.transport == "nvshmem":
+            self.common = (ctypes.c_void_p(self.ws.peers[p.rank]), self.dims, self.offs)
+            self.ll_x = (ctypes.c_void_p(self.x_src), ctypes.c_void_p(self.scales_src))
+            self.ll_dispatch, self.ll_combine = (self.lib.moe_shmem_ll_dispatch,
+                                                 self.lib.moe_shmem_ll_combine)
+        else:
+            self.common = (_vp(self.peers), self.dims, self.offs)
+            self.ll_x = (_vp(self.x_send), _vp(self.scales))
+            if self.mode == "ll":
+                self.ll_dispatch, self.ll_combine = self.lib.moe_ll_dispatch, self.lib.moe_ll_combine
         self.sms = ctypes.c_int(p.num_sms)
-        self.stream_handle = ctypes.c_void_p(self.stream.cuda_stream)
+        base = self.epochs.data_ptr()
+        self.dispatch_epochs = ctypes.c_void_p(base)
+        self.combine_epochs = ctypes.c_void_p(base + 4 * EPOCH_COUNTER_INTS)
+
+    def _stream_handle(self) -> ctypes.c_void_p:
+        """The current stream: ours when timing with events, the capture stream in a graph."""
+        return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
 
     # --- the ops --------------------------------------------------------------
     def run(self) -> None:
@@ -101,30 +151,27 @@ class PeerState:
             self.combine()
 
     def dispatch(self) -> None:
-        self.dispatch_epoch += 1
-        epoch = ctypes.c_uint(self.dispatch_epoch)
+        stream = self._stream_handle()
         if self.mode == "normal":
             code = self.lib.moe_normal_dispatch(
                 *self.common, _vp(self.send_pos), _vp(self.send_count), _vp(self.expert_count),
                 _vp(self.topk_idx), _vp(self.topk_w), _vp(self.x_send), _vp(self.scales),
-                _vp(self.base_off), epoch, self.sms, _vp(self.err), self.stream_handle)
+                _vp(self.base_off), self.dispatch_epochs, self.sms, _vp(self.err), stream)
         else:
-            code = self.lib.moe_ll_dispatch(*self.common, _vp(self.topk_idx), _vp(self.x_send),
-                                            _vp(self.scales), epoch, self.sms, _vp(self.err),
-                                            self.stream_handle)
+            code = self.ll_dispatch(*self.common, _vp(self.topk_idx), *self.ll_x,
+                                    self.dispatch_epochs, self.sms, _vp(self.err), stream)
         check_cuda(code, f"{self.mode} dispatch launch")
 
     def combine(self) -> None:
-        self.combine_epoch += 1
-        epoch = ctypes.c_uint(self.combine_epoch)
+        stream = self._stream_handle()
         if self.mode == "normal":
             code = self.lib.moe_normal_combine(*self.common, _vp(self.send_pos),
                                                _vp(self.base_off), _vp(self.rank_w), _vp(self.out),
-                                               epoch, self.sms, _vp(self.err), self.stream_handle)
+                                               self.combine_epochs, self.sms, _vp(self.err), stream)
         else:
-            code = self.lib.moe_ll_combine(*self.common, _vp(self.topk_idx), _vp(self.topk_w),
-                                           _vp(self.out), epoch, self.sms, _vp(self.err),
-                                           self.stream_handle)
+            code = self.ll_combine(*self.common, _vp(self.topk_idx), _vp(self.topk_w),
+                                   _vp(self.out), self.combine_epochs, self.sms, _vp(self.err),
+                                   stream)
         check_cuda(code, f"{self.mode} combine launch")
 
     # --- workspace access (on this state's stream) ------------------------------

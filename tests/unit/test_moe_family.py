@@ -1,5 +1,7 @@
 """MoE family planning on CPU, and the kernels compile for sm_90."""
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -7,6 +9,8 @@ from commbench import jit
 from commbench.families import get_family
 from commbench.families.base import Case
 from commbench.moe.ipc import LAYOUT_FIELDS, workspace_layout
+from commbench.moe.peer import workspace_sizes
+from commbench.moe.problem import make_problem
 
 
 def case(op="dispatch", backend="ipc", dtype="bfloat16", size=64 * 256 * 2, ranks=2,
@@ -23,9 +27,13 @@ def test_unsupported_reasons():
     assert "BF16 only" in fam.unsupported(case(op="combine", dtype="float8_e4m3"))
     assert "multiple of the ranks" in fam.unsupported(case(ranks=3))
     assert "tokens * hidden * 2" in fam.unsupported(case(size=1000))
-    assert "ipc_ll" in fam.unsupported(case(backend="nvshmem_ll"))
-    assert "graph" in fam.unsupported(case(timing="graph"))
-    assert "at most" in fam.unsupported(case(backend="ipc_ll", size=20000 * 512))
+    # every backend of ours runs under CUDA-graph timing (epochs live on the device)
+    for backend in ("ipc", "ipc_ll", "nvshmem_ll"):
+        assert fam.unsupported(case(backend=backend)) is None
+        assert fam.unsupported(case(backend=backend, timing="graph")) is None
+    for backend in ("ipc_ll", "nvshmem_ll"):
+        assert "at most" in fam.unsupported(case(backend=backend, size=20000 * 512))
+    assert fam.unsupported(case(backend="ipc", size=20000 * 512)) is None
     assert "multiple of 128" in fam.unsupported(case(dtype="float8_e4m3", hidden=200,
                                                      size=64 * 200 * 2))
 
@@ -49,7 +57,49 @@ def test_workspace_layout_is_aligned_and_ordered():
         workspace_layout({"bogus": 1})
 
 
+def test_layout_fields_match_the_cuda_struct():
+    """LAYOUT_FIELDS is passed to moe::Layout as an array: same names, same order."""
+    src = (jit.kernels_dir() / "moe_common.cuh").read_text()
+    body = re.search(r"struct Layout \{(.*?)\};", src, re.S).group(1)
+    assert tuple(re.findall(r"long long (\w+);", body)) == LAYOUT_FIELDS
+
+
+def _problem(ranks=2, dtype="bfloat16", tokens=64, hidden=256):
+    prm = {"hidden": hidden, "topk": 4, "experts": 8, "routing": "random", "seed": 0,
+           "n_group": 8, "topk_group": 4, "zipf_s": 1.2, "num_sms": 4}
+    return make_problem(tokens * hidden * 2, prm, 0, ranks, dtype)
+
+
+def test_low_latency_workspace_by_hand():
+    p = _problem(dtype="float8_e4m3")   # 2 ranks, 4 local experts, 64 tokens, FP8 rows of 256 B
+    sizes = workspace_sizes(p, "ll", max_tokens=100)
+    slots = 4 * 2 * 100
+    assert sizes["ll_recv_x"] == slots * 256 and sizes["ll_recv_scales"] == slots * 2 * 4
+    assert sizes["ll_y"] == slots * 256 * 2 and sizes["ll_comb_buf"] == 100 * 4 * 256 * 2
+    assert sizes["ll_comb_cnt"] == 8 * 8            # one u64 signal per expert
+    assert "ll_send_x" not in sizes                  # CUDA IPC puts read the input in place
+    staged = workspace_sizes(p, "ll", max_tokens=100, staged=True)
+    assert staged["ll_send_x"] == 64 * 256 and staged["ll_send_scales"] == 64 * 2 * 4
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("name", ["moe_normal", "moe_ll", "moe_ipc"])
 def test_kernels_compile_for_sm90(name):
     jit.compile_check(name, arch="sm_90")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_nvshmem_low_latency_kernels_build_and_link_for_sm90(tmp_path, monkeypatch):
+    from commbench.nvshmem import paths
+
+    try:
+        inst = paths.find_install()
+    except paths.NvshmemNotFound as exc:
+        pytest.skip(f"NVSHMEM headers not installed (pip install nvidia-nvshmem-cu13): {exc}")
+    monkeypatch.setenv("COMMBENCH_JIT_CACHE", str(tmp_path))
+    lib = jit.build("moe_ll_nvshmem", flags=paths.compile_flags(inst), libs=paths.link_args(inst),
+                    arch="sm_90")
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
+                          text=True).stdout
+    for sym in ("moe_shmem_attach", "moe_shmem_ll_dispatch", "moe_shmem_ll_combine"):
+        assert sym in syms

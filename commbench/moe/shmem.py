@@ -1,0 +1,43 @@
+"""The low-latency workspace in NVSHMEM symmetric memory (backend nvshmem_ll).
+
+One symmetric allocation per rank, the same address on every PE, taken from
+the launch's NVSHMEM instance (``commbench/nvshmem/boot.py``) and reused
+across Cases (grow only). It is zeroed at every Case's set-up, because the
+count signals carry epochs that restart at 1 with every Case.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from .ipc import check_cuda, ipc_lib
+
+BUFFER_NAME = "moe_ll_workspace"
+KERNELS = "moe_ll_nvshmem"
+ATTACH_SYMBOL = "moe_shmem_attach"
+
+
+class SymmetricWorkspace:
+    """Same interface as ipc.PeerWorkspace: ``peers[r]`` is the address to use for rank r."""
+
+    def __init__(self, handle, nbytes: int, comm, rank: int, ranks: int):
+        self.lib = ipc_lib()
+        self.comm = comm
+        self.rank = rank
+        sizes = comm.allgather(nbytes)
+        if len(set(sizes)) != 1:
+            raise ValueError(f"ranks disagree on the workspace size: {sizes}")
+        self.base = handle.buffer(BUFFER_NAME, nbytes)   # collective
+        check_cuda(self.lib.moe_zero(ctypes.c_void_p(self.base), ctypes.c_size_t(nbytes)),
+                   f"cudaMemset({nbytes} bytes)")
+        comm.Barrier()
+        self.peers = [self.base] * ranks   # symmetric: one address names every PE's copy
+        self.all_p2p = all(handle.is_p2p(self.base, pe) for pe in range(ranks) if pe != rank)
+
+    def copy(self, dst: int, src: int, nbytes: int, stream_handle: int) -> None:
+        check_cuda(self.lib.moe_copy(ctypes.c_void_p(dst), ctypes.c_void_p(src),
+                                     ctypes.c_size_t(nbytes), ctypes.c_void_p(stream_handle)),
+                   "cudaMemcpyAsync")
+
+    def close(self) -> None:
+        """The buffer stays with the NVSHMEM handle (freed at finalize); wait for every peer."""
+        self.comm.Barrier()

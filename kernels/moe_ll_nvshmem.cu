@@ -1,0 +1,57 @@
+// MoE low-latency dispatch/combine over NVSHMEM (backend nvshmem_ll).
+// The kernels are in moe_ll_kernels.cuh. The workspace is one symmetric
+// allocation (the same address on every PE); rows go out as warp-wide
+// non-blocking puts, each warp completes its puts (quiet) before its block's
+// count is released with nvshmemx_signal_op, so on NVLink the puts are
+// stores and over a remote transport they are RDMA writes ordered before the
+// signal. Sources are symmetric too (the input is staged in the workspace),
+// as remote transports need registered memory on both ends.
+#include "moe_ll_kernels.cuh"
+#include "nvshmem_common.cuh"
+
+using namespace moe;
+
+struct NvshmemTransport {
+  uint64_t base;  // symmetric address of the workspace
+
+  __device__ uint64_t local() const { return base; }
+  __device__ void put_warp(int pe, long long off, const void* src, int bytes, int) const {
+    nvshmemx_putmem_nbi_warp(reinterpret_cast<void*>(base + off), src, bytes, pe);
+  }
+  __device__ void put_int(int pe, long long off, int value) const {
+    nvshmem_int_p(at<int>(base, off), value, pe);
+  }
+  __device__ void warp_flush(int lane) const {
+    __syncwarp();
+    if (lane == 0) nvshmem_quiet();
+    __syncwarp();
+  }
+  __device__ void signal_set(int pe, long long off, uint64_t value) const {
+    nvshmem_fence();
+    nvshmemx_signal_op(at<uint64_t>(base, off), value, NVSHMEM_SIGNAL_SET, pe);
+  }
+  __device__ void signal_add(int pe, long long off, uint64_t value) const {
+    nvshmem_fence();
+    nvshmemx_signal_op(at<uint64_t>(base, off), value, NVSHMEM_SIGNAL_ADD, pe);
+  }
+};
+
+extern "C" {
+
+int moe_shmem_attach(int device) { return commbench_nvshmem_attach(device); }
+
+int moe_shmem_ll_dispatch(void* base, const int* dims, const long long* offs, const int* topk_idx,
+                          const void* x, const float* scales, void* epochs, int num_sms, int* err,
+                          cudaStream_t stream) {
+  return launch_ll_dispatch(NvshmemTransport{reinterpret_cast<uint64_t>(base)}, dims, offs,
+                            topk_idx, x, scales, epochs, num_sms, err, stream);
+}
+
+int moe_shmem_ll_combine(void* base, const int* dims, const long long* offs, const int* topk_idx,
+                         const float* topk_w, void* out, void* epochs, int num_sms, int* err,
+                         cudaStream_t stream) {
+  return launch_ll_combine(NvshmemTransport{reinterpret_cast<uint64_t>(base)}, dims, offs,
+                           topk_idx, topk_w, out, epochs, num_sms, err, stream);
+}
+
+}  // extern "C"
