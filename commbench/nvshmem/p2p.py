@@ -80,6 +80,11 @@ def _declare(lib) -> None:
 def setup(case, ctx, handle, prm: dict) -> P2PState:
     import torch
 
+    if handle.limited_mpg and case.backend == "nvshmem_host" and case.op == "put_signal":
+        # NVSHMEM exits the process here (host/comm/sync.cpp), so this must not be tried.
+        raise SkipCase("host-initiated put_signal waits with nvshmemx_signal_wait_until_on_stream, "
+                       "which NVSHMEM refuses (and exits) under limited MPG (several PEs on one "
+                       "GPU without MPS); run one PE per GPU")
     lib = handle.load("nvshmem_ops", "cb_ops_attach")
     _declare(lib)
     pe, n = handle.pe, handle.n_pes

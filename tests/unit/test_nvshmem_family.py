@@ -174,3 +174,17 @@ def test_kernels_build_and_link_for_sm90(name, tmp_path, monkeypatch):
     syms = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
     prefix = {"nvshmem_boot": "cb_boot_init", "nvshmem_ops": "cb_ops_attach", "nvshmem_coll": "cb_coll_host"}
     assert prefix[name] in syms
+
+
+def test_host_put_signal_is_skipped_under_limited_mpg_before_any_nvshmem_call():
+    """NVSHMEM exits the process for nvshmemx_signal_wait_until_on_stream in limited MPG."""
+    from types import SimpleNamespace
+
+    from commbench.nvshmem import p2p
+
+    def no_load(*_):
+        raise AssertionError("must skip before loading the kernels")
+
+    handle = SimpleNamespace(limited_mpg=True, load=no_load)
+    with pytest.raises(SkipCase, match="limited MPG"):
+        p2p.setup(make_case("put_signal", backend="nvshmem_host"), None, handle, {})
