@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Two-GPU call (nvidia-h200-x2): the x2 suites, bounded, then a report. Writes $OUT/x2.tgz and $OUT/summary.txt.
+# Two-GPU call (nvidia-h200-x2): kernels built in parallel, then bounded suite runs
+# (an interrupted run keeps its rows), then one report. Writes $OUT/x2.tgz and $OUT/summary.txt.
+#   X2_SET=base (default): tests/gpu/suites/x2.yaml + x2-algos.yaml
+#   X2_SET=moe:  suites/moe.yaml at 2 ranks (EP2, every backend incl. nvshmem_ll and graph timing),
+#                tests/gpu/suites/x2-more.yaml, the NCCL smoke suite at 2 ranks
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COMMBENCH_JIT_CACHE=/tmp/cb-jit
@@ -8,11 +12,37 @@ S="$OUT/summary.txt"; : > "$S"
 date -u >> "$S"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$S"
 nvidia-smi topo -m >> "$S" 2>&1
 timeout 60 python3 -m commbench info --json > "$R/info.json" 2>&1
-for s in x2:${T1:-120} x2-algos:${T2:-60}; do
-  name=${s%%:*}; t=${s##*:}; t0=$SECONDS
-  timeout -s TERM "$t" python3 -m commbench run "tests/gpu/suites/$name.yaml" --out "$R/$name" --quiet > "$R/$name.console.txt" 2>&1
+t0=$SECONDS
+timeout 240 python3 - >> "$S" 2>&1 <<'PY'
+from concurrent.futures import ThreadPoolExecutor
+from commbench import jit
+from commbench.nvshmem import paths
+inst = paths.find_install()
+ns = dict(flags=paths.compile_flags(inst), libs=paths.link_args(inst))
+jobs = {n: {} for n in ("allreduce", "moe_normal", "moe_ll", "moe_ipc", "proxy")}
+jobs.update({n: ns for n in ("nvshmem_boot", "nvshmem_ops", "nvshmem_coll", "moe_ll_nvshmem")})
+with ThreadPoolExecutor(len(jobs)) as pool:
+    futs = {n: pool.submit(jit.build, n, **kw) for n, kw in jobs.items()}
+for n, f in futs.items():
+    try:
+        f.result(); print("built", n)
+    except Exception as exc:
+        print("BUILD FAILED", n, str(exc)[-1500:])
+PY
+echo "== prebuild in $((SECONDS - t0)) s" >> "$S"
+step() {  # name seconds suite [run options...]
+  local name=$1 t=$2 suite=$3; shift 3; local t0=$SECONDS
+  timeout -s TERM "$t" python3 -m commbench run "$suite" --out "$R/$name" --quiet "$@" > "$R/$name.console.txt" 2>&1
   echo "== $name: rc=$? in $((SECONDS - t0)) s" >> "$S"; tail -n 30 "$R/$name.console.txt" >> "$S"
-done
-timeout 40 python3 -m commbench report "$R/x2" "$R/x2-algos" --out "$R/report.html" >> "$S" 2>&1
+}
+if [ "${X2_SET:-base}" = moe ]; then
+  step moe-ep2 "${T_MOE:-150}" suites/moe.yaml --set ranks=2
+  step x2-more "${T_MORE:-120}" tests/gpu/suites/x2-more.yaml
+  step smoke "${T_SMOKE:-45}" tests/gpu/suites/nccl-smoke.yaml --set ranks=2
+else
+  step x2 "${T1:-120}" tests/gpu/suites/x2.yaml
+  step x2-algos "${T2:-60}" tests/gpu/suites/x2-algos.yaml
+fi
+timeout 40 python3 -m commbench report $(ls -d "$R"/*/) --out "$R/report.html" >> "$S" 2>&1
 tar czf "$OUT/x2.tgz" -C /tmp x2
 tail -n 3 "$S"
