@@ -8,6 +8,8 @@ are checked against the same values.
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 from dataclasses import dataclass, field
 
 from .. import metrics
@@ -15,6 +17,7 @@ from ..collectives import pattern
 from ..errors import SkipCase
 from . import buffers
 
+REDUCE_SCRATCH_DEFAULT_BYTES = 512 * 1024   # NVSHMEM_REDUCE_SCRATCH_SIZE's default
 OP_CODES = {"all_reduce": 0, "all_gather": 1, "alltoall": 2, "broadcast": 3, "reduce_scatter": 4}
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2, "int32": 3}
 
@@ -52,6 +55,26 @@ def buffer_counts(op: str, count: int, n: int) -> tuple[int, int, int]:
     return count, count, count
 
 
+def reduce_scratch_bytes(env: dict[str, str]) -> int:
+    """NVSHMEM_REDUCE_SCRATCH_SIZE as NVSHMEM reads it (bytes, optional K/M/G/T suffix)."""
+    raw = env.get("NVSHMEM_REDUCE_SCRATCH_SIZE", "").strip()
+    m = re.fullmatch(r"(\d+)\s*([kKmMgGtT]?)[bB]?", raw)
+    if not m:
+        return REDUCE_SCRATCH_DEFAULT_BYTES
+    return int(m.group(1)) * 1024 ** " kmgt".index((m.group(2) or " ").lower())
+
+
+def device_reduce_scatter_problem(nv_count: int, elem_bytes: int, n_pes: int,
+                                  env: dict[str, str]) -> str | None:
+    """NVSHMEM's device reduce-scatter asserts (killing the rank) beyond half its scratch."""
+    need = nv_count * elem_bytes * n_pes
+    scratch = reduce_scratch_bytes(env)
+    if n_pes > 1 and need > scratch // 2:
+        return (f"device-initiated reduce_scatter of {need} B needs NVSHMEM_REDUCE_SCRATCH_SIZE "
+                f">= {2 * need} B (it is {scratch} B); NVSHMEM asserts beyond half of it")
+    return None
+
+
 def _declare(lib) -> None:
     vp, i, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
     lib.cb_coll_host.argtypes = [i, i, vp, vp, sz, vp]
@@ -76,6 +99,10 @@ def setup(case, ctx, handle, prm: dict) -> CollState:
     n, elem = handle.n_pes, buffers.ELEM_BYTES[case.dtype]
     count = metrics.element_count(case.op, case.size_bytes, elem, n)
     n_src, n_dst, nv_count = buffer_counts(case.op, count, n)
+    if case.op == "reduce_scatter" and case.backend == "nvshmem":
+        reason = device_reduce_scatter_problem(nv_count, elem, n, dict(os.environ))
+        if reason:
+            raise SkipCase(reason)
     src_ptr = handle.buffer("coll_src", n_src * elem)
     dst_ptr = handle.buffer("coll_dst", n_dst * elem)
     stream = torch.cuda.Stream(device=ctx.device)

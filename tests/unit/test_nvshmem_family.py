@@ -188,3 +188,15 @@ def test_host_put_signal_is_skipped_under_limited_mpg_before_any_nvshmem_call():
     handle = SimpleNamespace(limited_mpg=True, load=no_load)
     with pytest.raises(SkipCase, match="limited MPG"):
         p2p.setup(make_case("put_signal", backend="nvshmem_host"), None, handle, {})
+
+
+def test_device_reduce_scatter_beyond_half_the_scratch_is_skipped():
+    """Seen on 2x H200: 4 MiB reduce_scatter hit NVSHMEM's scratch assert and killed both ranks."""
+    assert coll.reduce_scratch_bytes({}) == 512 * 1024
+    assert coll.reduce_scratch_bytes({"NVSHMEM_REDUCE_SCRATCH_SIZE": "64M"}) == 64 << 20
+    assert coll.reduce_scratch_bytes({"NVSHMEM_REDUCE_SCRATCH_SIZE": "1048576"}) == 1 << 20
+    # 64 KiB input over 2 PEs passed there, 4 MiB failed
+    assert coll.device_reduce_scatter_problem(8192, 4, 2, {}) is None
+    assert "NVSHMEM_REDUCE_SCRATCH_SIZE" in coll.device_reduce_scatter_problem(524288, 4, 2, {})
+    assert coll.device_reduce_scatter_problem(524288, 4, 2, {"NVSHMEM_REDUCE_SCRATCH_SIZE": "8M"}) is None
+    assert coll.device_reduce_scatter_problem(524288, 4, 1, {}) is None   # one PE copies
