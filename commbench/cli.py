@@ -38,12 +38,15 @@ def cli():
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="override a key in every benchmark, e.g. --set ranks=2 --set sizes=[1MiB] "
                    "--set params.num_sms=16 (recorded in run.json)")
-def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...]):
+@click.option("--only", "only", multiple=True, metavar="BENCH",
+              help="run only the named benchmark(s) of the suite (repeatable; recorded in run.json)")
+def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...],
+        only: tuple[str, ...]):
     """Run a suite: every Case measured, checked and stored in a run folder."""
     from .orchestrate import run_suite
     from .suite import load_suite, parse_overrides
 
-    overrides = parse_overrides(sets)
+    overrides = _with_only(parse_overrides(sets), only)
     if dry_run:
         s = load_suite(suite, overrides=overrides)
         _print_plan(s)
@@ -63,6 +66,12 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
     click.echo(f"run folder: {run_dir}")
 
 
+def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
+    from .suite import ONLY_KEY
+
+    return {**overrides, ONLY_KEY: list(only)} if only else overrides
+
+
 def _print_plan(s) -> None:
     console = Console()
     table = Table(title=f"{s.name}: {len(s.cases)} cases in {len(s.launches)} launch(es)")
@@ -79,11 +88,12 @@ def _print_plan(s) -> None:
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="as for `run`")
-def validate(suite: Path, sets: tuple[str, ...]):
+@click.option("--only", "only", multiple=True, metavar="BENCH", help="as for `run`")
+def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...]):
     """Check a suite file; print what it expands to. Exit 2 on any problem."""
     from .suite import load_suite, parse_overrides
 
-    s = load_suite(suite, overrides=parse_overrides(sets))
+    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only))
     click.echo(f"{suite}: ok: {len(s.cases)} cases in {len(s.launches)} launch(es)")
 
 

@@ -210,17 +210,42 @@ def _apply_overrides(benches, overrides: dict[str, object]) -> None:
                 bench.key_lines.setdefault(ALIASES.get(key, key), bench.line)
 
 
+ONLY_KEY = "only"   # overrides[ONLY_KEY]: benchmark names kept (`run --only`)
+
+
+def _keep_only(raw: LineDict, names: list[str], path: Path) -> None:
+    """Drop every benchmark not named in ``names`` (unknown names are an error)."""
+    benches = raw.get("benchmarks")
+    if not isinstance(benches, list):
+        return
+    known = [b.get("name") for b in benches if isinstance(b, dict)]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SuiteError(f"{path}: --only {', '.join(map(str, unknown))}: no such benchmark "
+                         f"(the suite has: {', '.join(map(str, known))})")
+    keep = [i for i, b in enumerate(benches) if isinstance(b, dict) and b.get("name") in names]
+    kept = LineList(benches[i] for i in keep)
+    kept.line = getattr(benches, "line", 1)
+    kept.item_lines = [benches.line_of(i) for i in keep] if isinstance(benches, LineList) else []
+    raw["benchmarks"] = kept
+
+
 def load_suite(path: Path | str, *, gpu_count: int | None = None,
                overrides: dict[str, object] | None = None) -> Suite:
     """Load, validate and expand a suite. Raises SuiteError listing every problem found.
 
-    ``overrides`` (from `--set`) replace a key in every benchmark before validation."""
+    ``overrides`` (from `--set`) replace a key in every benchmark before validation;
+    ``overrides["only"]`` (from `--only`) keeps just the benchmarks it names."""
     path = Path(path)
     raw = load_yaml(path)
     err = _Errors(path)
     if not isinstance(raw, LineDict):
         err.add(getattr(raw, "line", 1), "suite", "a suite is a mapping with 'name' and 'benchmarks'")
         err.raise_if_any()
+    overrides = dict(overrides or {})
+    only = overrides.pop(ONLY_KEY, None)
+    if only:
+        _keep_only(raw, list(only), path)
     if overrides and isinstance(raw.get("benchmarks"), list):
         _apply_overrides(raw["benchmarks"], overrides)
     for key in raw:

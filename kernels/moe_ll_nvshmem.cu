@@ -1,10 +1,10 @@
 // MoE low-latency dispatch/combine over NVSHMEM (backend nvshmem_ll).
 // The kernels are in moe_ll_kernels.cuh. The workspace is one symmetric
-// allocation (the same address on every PE); rows go out as warp-wide
-// non-blocking puts, each warp completes its puts (quiet) before its block's
-// count is released with nvshmemx_signal_op, so on NVLink the puts are
-// stores and over a remote transport they are RDMA writes ordered before the
-// signal. Sources are symmetric too (the input is staged in the workspace),
+// allocation (the same address on every PE). A peer that NVSHMEM maps into
+// this process (nvshmem_ptr, NVLink/PCIe P2P) gets plain 16-byte warp stores;
+// any other peer gets warp-wide non-blocking puts (RDMA writes over IBRC /
+// IBGDA). Each warp completes its puts (quiet) before its block's count is
+// released with nvshmemx_signal_op. Sources are symmetric too (the input is staged in the workspace),
 // as remote transports need registered memory on both ends.
 #include "moe_ll_kernels.cuh"
 #include "nvshmem_common.cuh"
@@ -15,11 +15,18 @@ struct NvshmemTransport {
   uint64_t base;  // symmetric address of the workspace
 
   __device__ uint64_t local() const { return base; }
-  __device__ void put_warp(int pe, long long off, const void* src, int bytes, int) const {
-    nvshmemx_putmem_nbi_warp(reinterpret_cast<void*>(base + off), src, bytes, pe);
+  __device__ void put_warp(int pe, long long off, const void* src, int bytes, int lane) const {
+    void* dst = reinterpret_cast<void*>(base + off);
+    if (void* mapped = nvshmem_ptr(dst, pe))
+      warp_copy(mapped, src, bytes, lane);
+    else
+      nvshmemx_putmem_nbi_warp(dst, src, bytes, pe);
   }
   __device__ void put_int(int pe, long long off, int value) const {
-    nvshmem_int_p(at<int>(base, off), value, pe);
+    if (int* mapped = static_cast<int*>(nvshmem_ptr(at<int>(base, off), pe)))
+      *mapped = value;
+    else
+      nvshmem_int_p(at<int>(base, off), value, pe);
   }
   __device__ void warp_flush(int lane) const {
     __syncwarp();

@@ -1,5 +1,6 @@
 """Suite loading: expansion, launch grouping, and errors that name file, line and field."""
 import textwrap
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -176,3 +177,16 @@ def test_bad_set_is_a_clear_error(item):
 def test_cli_set_reaches_validation(tmp_path):
     result = CliRunner().invoke(cli, ["validate", str(write(tmp_path, GOOD)), "--set", "iters=0"])
     assert result.exit_code == 2 and "iters" in result.output
+
+
+def test_only_keeps_the_named_benchmarks_and_rejects_unknown_names():
+    root = Path(__file__).resolve().parents[2] / "suites"
+    full = load_suite(root / "moe.yaml", gpu_count=8)
+    only = load_suite(root / "moe.yaml", gpu_count=8, overrides={"only": ["low-latency-graph"]})
+    assert {c.bench for c in only.cases} == {"low-latency-graph"}
+    assert {c.case_id for c in only.cases} <= {c.case_id for c in full.cases}  # same ids: --resume works
+    with pytest.raises(SuiteError, match="no such benchmark"):
+        load_suite(root / "moe.yaml", gpu_count=8, overrides={"only": ["nope"]})
+    result = CliRunner().invoke(cli, ["validate", str(root / "moe.yaml"), "--only", "small-check",
+                                      "--set", "ranks=2"])
+    assert result.exit_code == 0 and "ok" in result.output
