@@ -4,6 +4,8 @@
 #   X2_SET=base (default): tests/gpu/suites/x2.yaml + x2-algos.yaml
 #   X2_SET=moe:  suites/moe.yaml at 2 ranks (EP2, every backend incl. nvshmem_ll and graph timing),
 #                tests/gpu/suites/x2-more.yaml, the NCCL smoke suite at 2 ranks
+#   X2_SET=ll:   the low-latency and small MoE benchmarks at 2 ranks, our normal dispatch
+#                over an SM sweep, and the device reduce_scatter skip
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COMMBENCH_JIT_CACHE=/tmp/cb-jit
@@ -39,6 +41,12 @@ if [ "${X2_SET:-base}" = moe ]; then
   step moe-ep2 "${T_MOE:-150}" suites/moe.yaml --set ranks=2
   step x2-more "${T_MORE:-120}" tests/gpu/suites/x2-more.yaml
   step smoke "${T_SMOKE:-45}" tests/gpu/suites/nccl-smoke.yaml --set ranks=2
+elif [ "${X2_SET:-base}" = ll ]; then
+  step moe-ll-ep2 "${T_MOE:-120}" suites/moe.yaml --set ranks=2 --only small-check \
+    --only deepep-low-latency --only low-latency-graph
+  step moe-sms-ep2 "${T_SMS:-60}" suites/moe.yaml --set ranks=2 --only deepep-normal \
+    --set backends=[ipc] --set 'params.num_sms=[16,24,48,96,132]'
+  step x2-rs "${T_RS:-40}" tests/gpu/suites/x2-more.yaml --only nvshmem-collectives --set ops=[reduce_scatter]
 else
   step x2 "${T1:-120}" tests/gpu/suites/x2.yaml
   step x2-algos "${T2:-60}" tests/gpu/suites/x2-algos.yaml
