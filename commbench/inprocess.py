@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .errors import CommbenchError
 from .launch import launch_env
-from .orchestrate import _now, _record_unsupported, _row_for, base_meta, prepare_folder, write_plan
+from .orchestrate import (_now, _record_unsupported, _row_for, base_meta, overrides_meta,
+                          prepare_folder, write_plan)
 from .results import RunFolder
 from .runner import Progress, run_cases
 from .suite import load_suite
@@ -23,14 +24,17 @@ from .world import build_world
 LOG = "logs/inprocess.log"
 
 
-def _root_prepares(world, suite, out_dir: Path | None, resume: bool) -> RunFolder:
+def _root_prepares(world, suite, out_dir: Path | None, resume: bool,
+                   overrides: dict | None = None) -> RunFolder:
     """Rank 0 creates the folder; every rank gets its path or the same error (never a hang)."""
     result = None
     if world.is_root:
         try:
             folder = prepare_folder(suite, out_dir, resume)
-            write_plan(folder, suite)
+            write_plan(folder, suite, resume=resume)
+            previous = folder.read_meta() if resume else {}
             meta = base_meta(suite, _now())
+            overrides_meta(meta, previous, overrides)
             meta["hosts"] = sorted(set(world.hosts))
             folder.write_meta(meta)
             result = ("ok", str(folder.path))
@@ -46,7 +50,7 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
                          overrides: dict | None = None) -> Path:
     world = build_world()
     suite = load_suite(suite_path, overrides=overrides)
-    folder = _root_prepares(world, suite, out_dir, resume)
+    folder = _root_prepares(world, suite, out_dir, resume, overrides)
     done = set()
     if world.is_root:
         done = folder.done_case_ids() if resume else set()

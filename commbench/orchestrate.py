@@ -67,15 +67,38 @@ def prepare_folder(suite: Suite, out_dir: Path | None, resume: bool) -> RunFolde
     return folder
 
 
-def write_plan(folder: RunFolder, suite: Suite) -> None:
+def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None:
+    """plan.json: every Case and launch; a --resume (perhaps with other --only) adds to it."""
     shutil.copyfile(suite.path, folder.path / "suite.yaml")
+    cases = {c.case_id: c.to_json() for c in suite.cases}
+    launches = {l.launch_id: {"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
+                              "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
+                              "hosts": list(l.hosts)}
+                for l in suite.launches}
+    path = folder.path / "plan.json"
+    if resume and path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
+        for item in old.get("cases", []):
+            cases.setdefault(item["case_id"], item["case"])
+        for item in old.get("launches", []):
+            new = launches.setdefault(item["launch_id"], item)
+            if new is not item:
+                new["case_ids"] = list(dict.fromkeys(item["case_ids"] + new["case_ids"]))
     plan = {"suite": suite.name,
-            "cases": [{"case_id": c.case_id, "case": c.to_json()} for c in suite.cases],
-            "launches": [{"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
-                          "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
-                          "hosts": list(l.hosts)}
-                         for l in suite.launches]}
-    (folder.path / "plan.json").write_text(json.dumps(plan, indent=1))
+            "cases": [{"case_id": cid, "case": case} for cid, case in cases.items()],
+            "launches": [launches[k] for k in sorted(launches)]}
+    path.write_text(json.dumps(plan, indent=1))
+
+
+def overrides_meta(meta: dict, previous: dict, overrides: dict | None) -> None:
+    """run.json: this call's `--set`/`--only` as ``overrides``; earlier calls' in ``earlier_overrides``."""
+    meta["overrides"] = dict(overrides or {})
+    if previous:
+        meta["earlier_overrides"] = (list(previous.get("earlier_overrides", []))
+                                     + [previous.get("overrides", {})])
 
 
 def base_meta(suite: Suite, started: str) -> dict:
@@ -99,11 +122,11 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
 
     suite = load_suite(suite_path, overrides=overrides)
     folder = prepare_folder(suite, out_dir, resume)
-    write_plan(folder, suite)
+    write_plan(folder, suite, resume=resume)
     started = _now()
     previous = folder.read_meta() if resume else {}
     meta = base_meta(suite, started)
-    meta["overrides"] = dict(overrides or {})
+    overrides_meta(meta, previous, overrides)
     meta["launches"] = list(previous.get("launches", []))
     if previous:
         meta["started_utc"] = previous.get("started_utc", started)

@@ -1,6 +1,7 @@
 """YAML suite -> validated Suite -> expanded Cases -> launch groups (docs/suites.md)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -213,21 +214,21 @@ def _apply_overrides(benches, overrides: dict[str, object]) -> None:
 ONLY_KEY = "only"   # overrides[ONLY_KEY]: benchmark names kept (`run --only`)
 
 
-def _keep_only(raw: LineDict, names: list[str], path: Path) -> None:
-    """Drop every benchmark not named in ``names`` (unknown names are an error)."""
-    benches = raw.get("benchmarks")
-    if not isinstance(benches, list):
-        return
-    known = [b.get("name") for b in benches if isinstance(b, dict)]
+def _keep_only(suite: "Suite", names: list[str]) -> None:
+    """Keep the Cases of the named benchmarks; launch ids and Case ids stay those of the whole suite."""
+    known = list(dict.fromkeys(c.bench for c in suite.cases))
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise SuiteError(f"{path}: --only {', '.join(map(str, unknown))}: no such benchmark "
+        raise SuiteError(f"{suite.path}: --only {', '.join(map(str, unknown))}: no such benchmark "
                          f"(the suite has: {', '.join(map(str, known))})")
-    keep = [i for i, b in enumerate(benches) if isinstance(b, dict) and b.get("name") in names]
-    kept = LineList(benches[i] for i in keep)
-    kept.line = getattr(benches, "line", 1)
-    kept.item_lines = [benches.line_of(i) for i in keep] if isinstance(benches, LineList) else []
-    raw["benchmarks"] = kept
+    suite.cases = [c for c in suite.cases if c.bench in names]
+    kept = {c.case_id for c in suite.cases}
+    launches = []
+    for launch in suite.launches:
+        ids = tuple(cid for cid in launch.case_ids if cid in kept)
+        if ids:
+            launches.append(dataclasses.replace(launch, case_ids=ids))
+    suite.launches = launches
 
 
 def load_suite(path: Path | str, *, gpu_count: int | None = None,
@@ -244,8 +245,6 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         err.raise_if_any()
     overrides = dict(overrides or {})
     only = overrides.pop(ONLY_KEY, None)
-    if only:
-        _keep_only(raw, list(only), path)
     if overrides and isinstance(raw.get("benchmarks"), list):
         _apply_overrides(raw["benchmarks"], overrides)
     for key in raw:
@@ -279,6 +278,8 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         suite.cases.extend(_expand_bench(bench, defaults, name, where, err, gpu_count, seen_names))
     err.raise_if_any()
     suite.launches = group_launches(suite.cases)
+    if only:
+        _keep_only(suite, list(only))
     return suite
 
 

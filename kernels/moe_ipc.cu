@@ -4,10 +4,14 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
+// Zeroed before its IPC handle is exported: a peer's first signal must not be
+// overwritten by a late memset.
 extern "C" int moe_malloc(void** ptr, size_t bytes) {
   cudaError_t e = cudaMalloc(ptr, bytes);
   if (e != cudaSuccess) return int(e);
-  return int(cudaMemset(*ptr, 0, bytes));
+  e = cudaMemset(*ptr, 0, bytes);
+  if (e != cudaSuccess) return int(e);
+  return int(cudaDeviceSynchronize());
 }
 
 // Zero `bytes` at `ptr` and wait for it (used on NVSHMEM workspaces reused across Cases).

@@ -52,6 +52,12 @@ class MoeFamily(Family):
             return reason
         if case.op == "combine" and case.dtype != "bfloat16":
             return "combine is BF16 only (FP8 applies to dispatch)"
+        if not 1 <= prm["topk"] <= 32:
+            return f"topk must be 1..32 (one lane of a warp per choice), got {prm['topk']}"
+        if prm["topk"] > prm["experts"]:
+            return f"topk ({prm['topk']}) exceeds the experts ({prm['experts']})"
+        if prm["num_sms"] < 1:
+            return f"num_sms must be at least 1, got {prm['num_sms']}"
         if prm["experts"] % case.ranks:
             return f"experts ({prm['experts']}) must be a multiple of the ranks ({case.ranks})"
         if case.backend in LL_BACKENDS:
@@ -68,6 +74,10 @@ class MoeFamily(Family):
         if not torch.cuda.is_available() or not ctx.device.startswith("cuda"):
             raise SkipCase("the moe family needs a CUDA GPU")
         prm = self._params(case)
+        sms = torch.cuda.get_device_properties(ctx.device).multi_processor_count
+        if case.backend in OUR_BACKENDS and prm["num_sms"] > sms:
+            # our kernels wait across ranks inside blocks: every block must be resident
+            raise SkipCase(f"num_sms ({prm['num_sms']}) exceeds this GPU's {sms} SMs")
         world = ctx.world
         problem = make_problem(case.size_bytes, prm, world.rank, world.size, case.dtype)
         if case.backend in OUR_BACKENDS:

@@ -26,6 +26,27 @@ class MoeCudaError(CommbenchError):
     """A CUDA call made by the MoE kernels' host helpers failed."""
 
 
+def agree(comm, fn, what: str, undo=None):
+    """Run ``fn`` on this rank; raise on every rank if it failed on any.
+
+    Without this, a rank that failed alone would leave the others waiting in
+    the next collective (allgather, barrier, nvshmem_malloc). ``undo(result)``
+    releases what succeeded here when another rank failed.
+    """
+    try:
+        out, err = fn(), None
+    except Exception as exc:  # noqa: BLE001 - re-raised below, on every rank
+        out, err = None, exc
+    failed = [r for r, ok in enumerate(comm.allgather(err is None)) if not ok]
+    if err is not None:
+        raise err
+    if failed:
+        if undo is not None:
+            undo(out)
+        raise MoeCudaError(f"{what} failed on rank(s) {failed} (see the launch log)")
+    return out
+
+
 def workspace_layout(sizes_bytes: dict[str, int]) -> tuple[dict[str, int], int]:
     """Offsets of every Layout field (aligned, absent fields get size 0) and the total size."""
     unknown = set(sizes_bytes) - set(LAYOUT_FIELDS)
@@ -62,8 +83,12 @@ class PeerWorkspace:
         self.comm = comm
         self.rank = rank
         self.base = ctypes.c_void_p()
-        check_cuda(self.lib.moe_malloc(ctypes.byref(self.base), ctypes.c_size_t(nbytes)),
-                   f"cudaMalloc({nbytes} bytes)")
+
+        def alloc():
+            check_cuda(self.lib.moe_malloc(ctypes.byref(self.base), ctypes.c_size_t(nbytes)),
+                       f"cudaMalloc({nbytes} bytes)")
+
+        agree(comm, alloc, "the workspace allocation", undo=lambda _: self.lib.moe_free(self.base))
         handle = ctypes.create_string_buffer(self.lib.moe_ipc_handle_size())
         check_cuda(self.lib.moe_ipc_get(self.base, handle), "cudaIpcGetMemHandle")
         sizes = comm.allgather(nbytes)

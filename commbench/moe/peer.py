@@ -15,7 +15,7 @@ import torch
 
 from .. import jit
 from . import reference as ref
-from .ipc import PeerWorkspace, check_cuda, offsets_array, workspace_layout
+from .ipc import PeerWorkspace, agree, check_cuda, offsets_array, workspace_layout
 from .problem import Problem
 
 
@@ -64,19 +64,22 @@ class PeerState:
         self.extra: dict = {}
         staged = transport == "nvshmem"
         self.offsets, nbytes = workspace_layout(workspace_sizes(p, mode, self.max_tokens, staged))
+        # Each step that can fail on one rank alone is agreed on before the next
+        # collective, so a failure is an error on every rank, never a hang.
         if staged:
             from .shmem import ATTACH_SYMBOL, KERNELS, SymmetricWorkspace
 
-            self.lib = handle.load(KERNELS, ATTACH_SYMBOL)
+            self.lib = agree(comm, lambda: handle.load(KERNELS, ATTACH_SYMBOL), "loading the kernels")
             self.ws = SymmetricWorkspace(handle, nbytes, comm, p.rank, p.ranks)
         else:
-            self.lib = jit.load("moe_normal" if mode == "normal" else "moe_ll")
+            self.lib = agree(comm, lambda: jit.load("moe_normal" if mode == "normal" else "moe_ll"),
+                             "loading the kernels")
             self.ws = PeerWorkspace(nbytes, comm, p.rank)
-        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            self._inputs()
-            if staged:
-                self._stage_inputs()
-        self._args()
+        try:
+            agree(comm, self._prepare, "preparing the inputs")
+        except Exception:
+            self.ws.close()    # every rank is here: its barrier is matched
+            raise
         if op == "combine":
             # The expert outputs combine reads: one dispatch, identity experts.
             self.dispatch()
@@ -107,6 +110,13 @@ class PeerState:
             self.expert_count = lay.expert_count.to(dev)
             self.rank_w = lay.rank_weight.contiguous().to(dev)
             self.base_off = torch.zeros(p.ranks, dtype=torch.int32, device=dev)
+
+    def _prepare(self) -> None:
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            self._inputs()
+            if self.transport == "nvshmem":
+                self._stage_inputs()
+        self._args()
 
     def _stage_inputs(self) -> None:
         """NVSHMEM puts read from symmetric memory: copy the input (and scales) there."""

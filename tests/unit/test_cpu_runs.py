@@ -218,3 +218,30 @@ def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):
     df = load(out)
     assert len(df) == 1 and df.status.iloc[0] == "ok"
     assert row["case_id"] in folder.done_case_ids()
+
+
+def test_only_runs_a_subset_then_resume_adds_another(tmp_path):
+    suite = tmp_path / "two.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: two
+        defaults: {ranks: 2, warmup: 1, iters: 3, sizes: [8B]}
+        benchmarks:
+          - {name: first, family: harness, ops: [barrier]}
+          - {name: second, family: harness, ops: [barrier], env: {COMMBENCH_GROUP: other}}
+        """))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet", "--only", "second"])
+    assert result.exit_code == 0, result.output
+    assert set(load(out).bench) == {"second"}
+    plan = json.loads((out / "plan.json").read_text())
+    assert [l["launch_id"] for l in plan["launches"]] == [1]      # the whole suite's launch id
+    assert (out / "logs" / "launch-1.log").exists() and not (out / "logs" / "launch-0.log").exists()
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet", "--resume",
+                                      "--only", "first"])
+    assert result.exit_code == 0, result.output
+    assert set(load(out).bench) == {"first", "second"}
+    plan = json.loads((out / "plan.json").read_text())
+    assert [l["launch_id"] for l in plan["launches"]] == [0, 1] and len(plan["cases"]) == 2
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["overrides"] == {"only": ["first"]}
+    assert meta["earlier_overrides"] == [{"only": ["second"]}]

@@ -34,8 +34,30 @@ def test_unsupported_reasons():
     for backend in ("ipc_ll", "nvshmem_ll"):
         assert "at most" in fam.unsupported(case(backend=backend, size=20000 * 512))
     assert fam.unsupported(case(backend="ipc", size=20000 * 512)) is None
+    assert "1..32" in fam.unsupported(case(topk=33, experts=64))
+    assert "exceeds the experts" in fam.unsupported(case(topk=9))
+    assert "num_sms" in fam.unsupported(case(num_sms=0))
     assert "multiple of 128" in fam.unsupported(case(dtype="float8_e4m3", hidden=200,
                                                      size=64 * 200 * 2))
+
+
+def test_agree_raises_on_every_rank_and_undoes_local_success():
+    from commbench.moe.ipc import MoeCudaError, agree
+
+    class Comm:   # rank 0 of 2; rank 1 failed
+        def allgather(self, ok):
+            return [ok, False]
+
+    undone = []
+    with pytest.raises(MoeCudaError, match=r"rank\(s\) \[1\]"):
+        agree(Comm(), lambda: "buf", "allocating", undo=undone.append)
+    assert undone == ["buf"]
+
+    def boom():
+        raise RuntimeError("local failure")
+
+    with pytest.raises(RuntimeError, match="local failure"):   # the failing rank sees its own error
+        agree(Comm(), boom, "allocating")
 
 
 def test_traffic_uses_deepep_bytes_and_link_ratio():

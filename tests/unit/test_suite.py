@@ -185,8 +185,15 @@ def test_only_keeps_the_named_benchmarks_and_rejects_unknown_names():
     only = load_suite(root / "moe.yaml", gpu_count=8, overrides={"only": ["low-latency-graph"]})
     assert {c.bench for c in only.cases} == {"low-latency-graph"}
     assert {c.case_id for c in only.cases} <= {c.case_id for c in full.cases}  # same ids: --resume works
+    full_launches = {l.launch_id: set(l.case_ids) for l in full.launches}
+    for launch in only.launches:   # launch ids are the whole suite's (logs/launch-N.log stay apart)
+        assert set(launch.case_ids) <= full_launches[launch.launch_id]
+    assert len(only.launches) < len(full.launches)
     with pytest.raises(SuiteError, match="no such benchmark"):
         load_suite(root / "moe.yaml", gpu_count=8, overrides={"only": ["nope"]})
+    small = load_suite(root / "moe.yaml", gpu_count=8,
+                       overrides={"only": ["small-check"], "ranks": 2})
     result = CliRunner().invoke(cli, ["validate", str(root / "moe.yaml"), "--only", "small-check",
                                       "--set", "ranks=2"])
-    assert result.exit_code == 0 and "ok" in result.output
+    assert result.exit_code == 0 and f"ok: {len(small.cases)} cases" in result.output
+    assert len(small.cases) < len(full.cases)
