@@ -1,8 +1,9 @@
 """Run folders (docs/results.md): rows, samples, metadata, storage and pandas loading.
 
 Rows are appended to ``results.jsonl`` (flushed and fsynced as each Case ends)
-and ``results.csv`` is rewritten from it atomically, so the CSV always holds
-every row measured so far, whatever extra columns families add.
+and mirrored into ``results.csv`` (one line appended, or the whole file
+rewritten atomically when a column appears or a Case is rerun), so the CSV
+always holds the latest row of every Case measured so far.
 """
 from __future__ import annotations
 
@@ -44,10 +45,21 @@ def new_run_dir(base: Path, suite_name: str) -> Path:
 
 
 class RunFolder:
-    """Writer for one run folder. Only rank 0 (or the parent process) writes."""
+    """Writer for one run folder. Only rank 0 (or the parent process) writes, one at a time.
+
+    Rows already read from ``results.jsonl`` are kept in memory and only the
+    bytes added since are parsed (another process may have appended), so
+    storing a row costs the same at row 10 000 as at row 10: one line to the
+    JSONL and, unless a column appears or a Case is replaced, one line to the
+    CSV (else the CSV is rewritten atomically).
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self._offset = 0                      # bytes of results.jsonl already parsed
+        self._latest: dict[str, dict] = {}    # case_id -> last row, in run order
+        self._extra: list[str] = []           # columns beyond COLUMNS, in order of appearance
+        self._csv_columns: list[str] | None = None
 
     # -- creation --
     def create(self, *, resume: bool) -> None:
@@ -61,48 +73,77 @@ class RunFolder:
 
     # -- rows --
     def append_row(self, row: dict) -> None:
-        with open(self.path / "results.jsonl", "a") as fh:
-            fh.write(json.dumps(row, default=_jsonable) + "\n")
+        self._sync()
+        p = self.path / "results.jsonl"
+        with open(p, "ab") as fh:
+            if fh.tell() and not _ends_with_newline(p):
+                fh.write(b"\n")   # a line cut by a crash must not swallow this row
+            fh.write((json.dumps(row, default=_jsonable) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
-        self.rewrite_csv()
+            self._offset = fh.tell()
+        replaced = self._remember(json.loads(json.dumps(row, default=_jsonable)))
+        self._store_csv(replaced)
 
     def rows(self) -> list[dict]:
+        """Every row ever written (a rerun Case appears more than once)."""
         p = self.path / "results.jsonl"
         if not p.exists():
             return []
-        out = []
-        for line in p.read_text().splitlines():
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line cut by a crash mid-write; the Case reruns on --resume
-        return out
+        return [r for r in map(_parse_line, p.read_bytes().splitlines()) if r is not None]
 
     def latest_rows(self) -> list[dict]:
         """One row per Case: the last one written (a --resume rerun supersedes a failed/timeout row)."""
-        latest: dict[str, dict] = {}
-        for r in self.rows():
-            latest.pop(r.get("case_id"), None)  # keep the rerun's position (run order)
-            latest[r.get("case_id")] = r
-        return list(latest.values())
+        self._sync()
+        return list(self._latest.values())
 
     def rewrite_csv(self) -> None:
-        rows = self.latest_rows()
-        extra = []
-        for r in rows:
-            for k in r:
-                if k not in COLUMNS and k not in extra:
-                    extra.append(k)
+        self._sync()
+        self._store_csv(replaced=True)
+
+    def _sync(self) -> None:
+        """Parse what was appended to results.jsonl since the last look (by anyone)."""
+        p = self.path / "results.jsonl"
+        if not p.exists():
+            return
+        if p.stat().st_size < self._offset:   # replaced under us: start over
+            self._offset, self._latest, self._extra, self._csv_columns = 0, {}, [], None
+        with open(p, "rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1           # a last line without its newline is not complete yet
+        for line in data[:end].splitlines():
+            row = _parse_line(line)
+            if row is not None:
+                self._remember(row)
+        self._offset += end
+
+    def _remember(self, row: dict) -> bool:
+        """Record a row as its Case's latest; True when it replaces an earlier row."""
+        cid = row.get("case_id")
+        replaced = self._latest.pop(cid, None) is not None   # the rerun takes the run-order position
+        self._latest[cid] = row
+        for k in row:
+            if k not in COLUMNS and k not in self._extra:
+                self._extra.append(k)
+        return replaced
+
+    def _store_csv(self, replaced: bool) -> None:
+        columns = COLUMNS + self._extra
+        target = self.path / "results.csv"
+        if not replaced and columns == self._csv_columns and _csv_header(target) == columns:
+            last = next(reversed(self._latest.values()))
+            with open(target, "a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore").writerow(_csv_cells(last, columns))
+            return
         tmp = self.path / ".results.csv.tmp"
         with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=COLUMNS + extra, extrasaction="ignore")
+            w = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
             w.writeheader()
-            for r in rows:
-                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS + extra})
-        os.replace(tmp, self.path / "results.csv")
+            for r in self._latest.values():
+                w.writerow(_csv_cells(r, columns))
+        os.replace(tmp, target)
+        self._csv_columns = columns
 
     def done_case_ids(self) -> set[str]:
         """Cases with a final row (any status but a timeout/failure of the whole launch are final)."""
@@ -152,6 +193,34 @@ def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: in
         "status": status, "reason": reason, "log": log,
         **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
     }
+
+
+def _parse_line(line: bytes) -> dict | None:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        return json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None   # a line cut by a crash mid-write; the Case reruns on --resume
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+def _csv_header(path: Path) -> list[str] | None:
+    try:
+        with open(path, newline="") as fh:
+            return next(csv.reader(fh), None)
+    except OSError:
+        return None
+
+
+def _csv_cells(row: dict, columns: list[str]) -> dict:
+    return {k: ("" if row.get(k) is None else row.get(k)) for k in columns}
 
 
 def _jsonable(obj):
