@@ -17,22 +17,7 @@ date -u >> "$S"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheade
 nvidia-smi topo -m >> "$S" 2>&1
 timeout 60 python3 -m commbench info --json > "$R/info.json" 2>&1
 t0=$SECONDS
-timeout 240 python3 - >> "$S" 2>&1 <<'PY'
-from concurrent.futures import ThreadPoolExecutor
-from commbench import jit
-from commbench.nvshmem import paths
-inst = paths.find_install()
-ns = dict(flags=paths.compile_flags(inst), libs=paths.link_args(inst))
-jobs = {n: {} for n in ("allreduce", "moe_normal", "moe_ll", "moe_ipc", "proxy")}
-jobs.update({n: ns for n in ("nvshmem_boot", "nvshmem_ops", "nvshmem_coll", "moe_ll_nvshmem")})
-with ThreadPoolExecutor(len(jobs)) as pool:
-    futs = {n: pool.submit(jit.build, n, **kw) for n, kw in jobs.items()}
-for n, f in futs.items():
-    try:
-        f.result(); print("built", n)
-    except Exception as exc:
-        print("BUILD FAILED", n, str(exc)[-1500:])
-PY
+timeout 240 python3 tests/gpu/prebuild.py >> "$S" 2>&1
 echo "== prebuild in $((SECONDS - t0)) s" >> "$S"
 step() {  # name seconds suite [run options...]
   local name=$1 t=$2 suite=$3; shift 3; local t0=$SECONDS

@@ -1,0 +1,39 @@
+"""Build every kernel library in parallel before a GPU run (each suite would otherwise pay for its own).
+
+    python3 tests/gpu/prebuild.py    # prints one line per library; exit 1 if any failed
+"""
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from commbench import jit
+from commbench.nvshmem import paths
+
+PLAIN = ("allreduce", "moe_normal", "moe_ll", "moe_ipc", "proxy")
+WITH_NVSHMEM = ("nvshmem_boot", "nvshmem_ops", "nvshmem_coll", "moe_ll_nvshmem")
+
+
+def main() -> int:
+    jobs = {name: {} for name in PLAIN}
+    try:
+        inst = paths.find_install()
+        ns = {"flags": paths.compile_flags(inst), "libs": paths.link_args(inst)}
+        jobs.update({name: ns for name in WITH_NVSHMEM})
+    except paths.NvshmemNotFound as exc:
+        print(f"NVSHMEM not found, its libraries are not built: {exc}")
+    failed = 0
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = {name: pool.submit(jit.build, name, **kw) for name, kw in jobs.items()}
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                print("built", name)
+            except Exception as exc:  # noqa: BLE001 - report every library, then fail
+                failed += 1
+                print("BUILD FAILED", name, str(exc)[-1500:])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
