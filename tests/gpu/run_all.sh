@@ -18,11 +18,11 @@ timeout 60 python3 -m commbench info --json > "$OUT/info.json" 2>&1
 t0=$SECONDS
 timeout 240 python3 tests/gpu/prebuild.py >> "$S" 2>&1
 echo "== prebuild in $((SECONDS - t0)) s" >> "$S"
-step() {  # name seconds suite
-  local t0=$SECONDS
-  timeout -s TERM "$2" python3 -m commbench run "$3" --out "$R/$1" --quiet > "$R/$1.console.txt" 2>&1
-  echo "== $1: rc=$? in $((SECONDS - t0)) s" >> "$S"
-  tail -n 40 "$R/$1.console.txt" >> "$S"
+step() {  # name seconds suite [run options...]
+  local name=$1 t=$2 suite=$3; shift 3; local t0=$SECONDS
+  timeout -s TERM "$t" python3 -m commbench run "$suite" --out "$R/$name" --quiet "$@" > "$R/$name.console.txt" 2>&1
+  echo "== $name: rc=$? in $((SECONDS - t0)) s" >> "$S"
+  tail -n 40 "$R/$name.console.txt" >> "$S"
 }
 step smoke "${T_SMOKE:-45}" tests/gpu/suites/nccl-smoke.yaml
 step collectives "${T_COLL:-100}" suites/collectives.yaml
@@ -30,7 +30,7 @@ step allreduce "${T_AR:-60}" suites/allreduce-algos.yaml
 step nvshmem "${T_SHMEM:-70}" suites/nvshmem.yaml
 step proxy "${T_PROXY:-60}" suites/proxy.yaml
 step moe-ranks "${T_MOE_RANKS:-120}" tests/gpu/suites/moe-ranks.yaml
-step moe "${T_MOE:-90}" tests/gpu/suites/moe-1gpu.yaml
+step moe "${T_MOE:-90}" suites/moe.yaml --set ranks=1
 timeout 60 python3 -m commbench report $(ls -d "$R"/*/) --out "$R/report.html" >> "$S" 2>&1
 tar czf "$OUT/runs.tgz" -C /tmp runs
 ls -la "$OUT" >> "$S"

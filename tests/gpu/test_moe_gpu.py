@@ -71,7 +71,7 @@ def plan(ranks: int) -> list[Case]:
     cases = []
     for routing in ("random", "group", "zipf"):
         p = {**SMALL, "routing": routing}
-        for backend in ("ipc", "ipc_ll"):
+        for backend in ("ipc", "ipc_ll", "nvshmem_ll"):
             for op, dtype in (("dispatch", "bfloat16"), ("dispatch", "float8_e4m3"),
                               ("combine", "bfloat16")):
                 if routing == "random" or op == "dispatch":
@@ -89,7 +89,12 @@ def plan(ranks: int) -> list[Case]:
 
 
 def make_ctx() -> RankContext:
+    import os
+
     from commbench.world import build_world
+
+    # the batched layout of DeepEP's low-latency shape needs ~1.07 GB of symmetric heap (default 1 GiB)
+    os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", "4G")
 
     world = build_world()
     dev = world.local_rank % torch.cuda.device_count()
