@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -132,21 +131,6 @@ def test_multicast_cases_are_skipped_with_the_kill_switch_reason():
 
 # ---------------------------------------------------------------- driver (under mpirun)
 
-class _World:
-    def __init__(self, comm):
-        self.comm = comm
-        self.rank, self.size = comm.Get_rank(), comm.Get_size()
-        self.hostname = socket.gethostname()
-        hosts = comm.allgather(self.hostname)
-        self.num_nodes = len(set(hosts))
-        self.local_rank = hosts[: self.rank].count(self.hostname)
-        self.local_size = hosts.count(self.hostname)
-        self.is_root = self.rank == 0
-
-    def barrier(self):
-        self.comm.Barrier()
-
-
 def _measure(fam, case, ctx, world) -> dict:
     import torch
 
@@ -199,13 +183,12 @@ def main(argv=None) -> int:
     ap.add_argument("--env-json", default="{}")
     ap.add_argument("--iters", type=int, default=5)
     args = ap.parse_args(argv)
-    from mpi4py import MPI
-
     from commbench.families import get_family
     from commbench.families.base import Case, RankContext
     from commbench.units import parse_size
+    from commbench.world import build_world
 
-    world = _World(MPI.COMM_WORLD)
+    world = build_world()   # the same World the runner gives families (bcast, allgather, ...)
     import torch
 
     torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
