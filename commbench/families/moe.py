@@ -22,7 +22,7 @@ LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shar
 class MoeFamily(Family):
     name = "moe"
     summary = "MoE dispatch/combine: DeepEP-style kernels vs NCCL and symmetric-memory baselines"
-    ops = ("dispatch", "combine")
+    ops = ("dispatch", "combine", "round_trip")   # round_trip: dispatch then combine, timed as one
     backends = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep")
     dtypes = ("bfloat16", "float8_e4m3")
     default_dtype = "bfloat16"

@@ -59,7 +59,7 @@ class BaselineState:
         self.extra: dict = {}
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             self._setup()
-            if op == "combine":
+            if op in ("combine", "round_trip"):
                 self.dispatch()
                 self.y = unpack_rows(p, self.recv).clone()
             self.stream.synchronize()
@@ -96,10 +96,10 @@ class BaselineState:
 
     def run(self) -> None:
         with torch.cuda.stream(self.stream):
-            if self.op == "dispatch":
+            if self.op != "combine":
                 self.dispatch()
-            else:
-                self.combine()
+            if self.op != "dispatch":
+                self.combine()   # round_trip: over the expert outputs made at set-up
 
     def dispatch(self) -> None:
         d = self.dist
@@ -135,7 +135,7 @@ class BaselineState:
         p = self.p
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             wrong = 0
-            if self.op == "dispatch":
+            if self.op in ("dispatch", "round_trip"):
                 self.dispatch()
                 expected = expected_recv_rows(p, self.device)
                 wrong += int((self.recv != expected).sum())

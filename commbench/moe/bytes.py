@@ -62,6 +62,10 @@ def _selections(routing: Routing) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def moe_bytes(routing: Routing, op: str, backend: str, dtype: str, hidden: int) -> MoeBytes:
+    if op == "round_trip":   # dispatch then combine: the bytes of both, rows of the dispatch
+        d = moe_bytes(routing, "dispatch", backend, dtype, hidden)
+        c = moe_bytes(routing, "combine", backend, dtype, hidden)
+        return MoeBytes(d.deepep_bytes + c.deepep_bytes, d.link_bytes + c.link_bytes, d.rows)
     R, T, K = routing.num_ranks, routing.num_tokens, routing.topk_idx.shape[1]
     row = token_bytes(dtype, hidden) if op == "dispatch" else 2 * hidden
     if backend in LOW_LATENCY_BACKENDS:

@@ -46,9 +46,9 @@ class DeepEPState:
         self.out, _, _ = self.buffer.combine(self.recv_x, self.handle)
 
     def run(self) -> None:
-        if self.op == "dispatch":
+        if self.op != "combine":
             self.dispatch()
-        else:
+        if self.op != "dispatch":
             self.combine()
 
     def check(self) -> int:

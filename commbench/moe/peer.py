@@ -80,7 +80,7 @@ class PeerState:
         except Exception:
             self.ws.close()    # every rank is here: its barrier is matched
             raise
-        if op == "combine":
+        if op in ("combine", "round_trip"):
             # The expert outputs combine reads: one dispatch, identity experts.
             self.dispatch()
             self.fill_y()
@@ -155,10 +155,10 @@ class PeerState:
 
     # --- the ops --------------------------------------------------------------
     def run(self) -> None:
-        if self.op == "dispatch":
+        if self.op != "combine":
             self.dispatch()
-        else:
-            self.combine()
+        if self.op != "dispatch":
+            self.combine()   # round_trip: over the expert outputs made at set-up
 
     def dispatch(self) -> None:
         stream = self._stream_handle()

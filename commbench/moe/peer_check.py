@@ -1,7 +1,7 @@
 """Correctness of our kernels against the plain-torch reference (untimed).
 
-Dispatch: counts per source and per expert, which (rank, token) landed in
-every row, routing metadata, the row bytes themselves, then
+Dispatch (and round_trip): counts per source and per expert, which (rank,
+token) landed in every row, routing metadata, the row bytes themselves, then
 combine(dispatch(x)) within DeepEP's calc_diff threshold. Combine: every
 output element against x * sum(weights), plus calc_diff.
 """
@@ -118,7 +118,7 @@ def combine_diff(st: PeerState) -> tuple[float, int]:
 def check(st: PeerState) -> int:
     """Wrong elements on this rank; sets extra['calc_diff'] for combine(dispatch(x))."""
     with torch.cuda.device(st.device), torch.cuda.stream(st.stream):
-        if st.op == "dispatch":
+        if st.op in ("dispatch", "round_trip"):
             st.dispatch()
             st.sync()
             _raise_on_timeout(st)

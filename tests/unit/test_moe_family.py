@@ -125,3 +125,16 @@ def test_nvshmem_low_latency_kernels_build_and_link_for_sm90(tmp_path, monkeypat
                           text=True).stdout
     for sym in ("moe_shmem_attach", "moe_shmem_ll_dispatch", "moe_shmem_ll_combine"):
         assert sym in syms
+
+
+def test_round_trip_is_dispatch_plus_combine():
+    fam = get_family("moe")
+    assert fam.unsupported(case(op="round_trip", dtype="float8_e4m3")) is None   # FP8 out, BF16 back
+    for backend in ("ipc", "ipc_ll", "nccl_a2a", "nccl_agrs"):
+        for dtype in ("bfloat16", "float8_e4m3"):
+            d = fam.traffic(case(op="dispatch", backend=backend, dtype=dtype), 2)
+            c = fam.traffic(case(op="combine", backend=backend), 2)
+            r = fam.traffic(case(op="round_trip", backend=backend, dtype=dtype), 2)
+            assert r.algbw_bytes == d.algbw_bytes + c.algbw_bytes
+            link = d.algbw_bytes * d.bus_factor + c.algbw_bytes * c.bus_factor
+            assert abs(r.algbw_bytes * r.bus_factor - link) < 1e-6 * link
