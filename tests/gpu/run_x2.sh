@@ -6,6 +6,8 @@
 #                tests/gpu/suites/x2-more.yaml, the NCCL smoke suite at 2 ranks
 #   X2_SET=ll:   the low-latency and small MoE benchmarks at 2 ranks, our normal dispatch
 #                over an SM sweep, and the device reduce_scatter skip
+#   X2_SET=rt:   MoE at 2 ranks with round_trip (small, DeepEP normal and low-latency shapes),
+#                and moe-ranks.yaml (4 ranks, two per GPU)
 #   X2_SET=final: MoE at 2 ranks (one per GPU) and 4 ranks (two per GPU), NVSHMEM atomics,
 #                the IBRC/IBGDA suite on one host (P2P off, no HCA: skipped with NVSHMEM's reason)
 set -uo pipefail
@@ -28,6 +30,10 @@ if [ "${X2_SET:-base}" = moe ]; then
   step moe-ep2 "${T_MOE:-150}" suites/moe.yaml --set ranks=2
   step x2-more "${T_MORE:-120}" tests/gpu/suites/x2-more.yaml
   step smoke "${T_SMOKE:-45}" tests/gpu/suites/nccl-smoke.yaml --set ranks=2
+elif [ "${X2_SET:-base}" = rt ]; then
+  step moe-ep2 "${T_MOE:-150}" suites/moe.yaml --set ranks=2 --only small-check \
+    --only deepep-normal --only deepep-low-latency
+  step moe-4ranks "${T_MOE4:-120}" tests/gpu/suites/moe-ranks.yaml
 elif [ "${X2_SET:-base}" = final ]; then
   step moe-ep2 "${T_MOE:-120}" suites/moe.yaml --set ranks=2 --only small-check \
     --only deepep-low-latency --only low-latency-graph
