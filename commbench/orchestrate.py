@@ -90,7 +90,9 @@ def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None
     plan = {"suite": suite.name,
             "cases": [{"case_id": cid, "case": case} for cid, case in cases.items()],
             "launches": [launches[k] for k in sorted(launches)]}
-    path.write_text(json.dumps(plan, indent=1))
+    tmp = folder.path / ".plan.json.tmp"
+    tmp.write_text(json.dumps(plan, indent=1))
+    os.replace(tmp, path)   # an interrupted write must not lose the earlier plan
 
 
 def overrides_meta(meta: dict, previous: dict, overrides: dict | None) -> None:
@@ -185,7 +187,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                          allow_multicast=allow_mc)
         record["wall_s"] += out.wall_s
         finished = set(out.finished)
-        victim = out.timed_out_case or out.crashed_case
+        killed = out.timed_out_case or out.crashed_case
+        victim = killed
         if victim and victim in folder.done_case_ids():
             finished.add(victim)  # its row landed just before the kill: keep the measurement
             victim = None
@@ -199,7 +202,7 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
             display.event({"event": "done", "case_id": victim, "status": status})
             finished.add(victim)
             record.update(status=status, reason=reason)
-        elif out.returncode != 0 or len(finished) < len(pending):
+        elif not killed and (out.returncode != 0 or len(finished) < len(pending)):
             # died before any Case started (bad environment, MPI failure): every pending Case fails
             tail = _log_tail(folder.path / log)
             reason = f"launch failed with status {out.returncode} before finishing its Cases (log {log}): {tail}"
@@ -211,6 +214,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
             break
         pending = [cid for cid in pending if cid not in finished]
         attempt += 1
+    # rank 0 may have been killed between a row's JSONL line and its CSV line: re-mirror
+    folder.rewrite_csv()
     return record
 
 

@@ -60,6 +60,7 @@ class RunFolder:
         self._latest: dict[str, dict] = {}    # case_id -> last row, in run order
         self._extra: list[str] = []           # columns beyond COLUMNS, in order of appearance
         self._csv_columns: list[str] | None = None
+        self._inode: int | None = None
 
     # -- creation --
     def create(self, *, resume: bool) -> None:
@@ -73,7 +74,10 @@ class RunFolder:
 
     # -- rows --
     def append_row(self, row: dict) -> None:
-        self._sync()
+        # Rows another writer added since our last look may be missing from the CSV (it can be
+        # killed between its JSONL line and its CSV line): then the CSV is rewritten.
+        others = self._sync()
+        replaced = row.get("case_id") in self._latest
         p = self.path / "results.jsonl"
         with open(p, "ab") as fh:
             if fh.tell() and not _ends_with_newline(p):
@@ -81,9 +85,10 @@ class RunFolder:
             fh.write((json.dumps(row, default=_jsonable) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
-            self._offset = fh.tell()
-        replaced = self._remember(json.loads(json.dumps(row, default=_jsonable)))
-        self._store_csv(replaced)
+        # Read our line back like any other: a cut line completed by the newline above
+        # (a valid row that lacked only its newline) is picked up too.
+        parsed = self._sync()
+        self._store_csv(replaced or others > 0 or parsed != 1)
 
     def rows(self) -> list[dict]:
         """Every row ever written (a rerun Case appears more than once)."""
@@ -101,22 +106,27 @@ class RunFolder:
         self._sync()
         self._store_csv(replaced=True)
 
-    def _sync(self) -> None:
-        """Parse what was appended to results.jsonl since the last look (by anyone)."""
+    def _sync(self) -> int:
+        """Parse what was appended to results.jsonl since the last look (by anyone); rows parsed."""
         p = self.path / "results.jsonl"
         if not p.exists():
-            return
-        if p.stat().st_size < self._offset:   # replaced under us: start over
+            return 0
+        st = p.stat()
+        if st.st_size < self._offset or st.st_ino != self._inode:   # replaced under us: start over
             self._offset, self._latest, self._extra, self._csv_columns = 0, {}, [], None
+            self._inode = st.st_ino
         with open(p, "rb") as fh:
             fh.seek(self._offset)
             data = fh.read()
         end = data.rfind(b"\n") + 1           # a last line without its newline is not complete yet
+        parsed = 0
         for line in data[:end].splitlines():
             row = _parse_line(line)
             if row is not None:
                 self._remember(row)
+                parsed += 1
         self._offset += end
+        return parsed
 
     def _remember(self, row: dict) -> bool:
         """Record a row as its Case's latest; True when it replaces an earlier row."""
@@ -131,7 +141,8 @@ class RunFolder:
     def _store_csv(self, replaced: bool) -> None:
         columns = COLUMNS + self._extra
         target = self.path / "results.csv"
-        if not replaced and columns == self._csv_columns and _csv_header(target) == columns:
+        if (not replaced and columns == self._csv_columns and _csv_header(target) == columns
+                and _ends_with_newline(target)):
             last = next(reversed(self._latest.values()))
             with open(target, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore").writerow(_csv_cells(last, columns))
@@ -206,9 +217,12 @@ def _parse_line(line: bytes) -> dict | None:
 
 
 def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) == b"\n"
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) == b"\n"
+    except OSError:   # missing or empty
+        return False
 
 
 def _csv_header(path: Path) -> list[str] | None:

@@ -57,3 +57,88 @@ def test_csv_cells_are_empty_for_none_and_kept_for_falsy_values(tmp_path):
     f.append_row(row("a", wrong=0, reason=None, in_place=False))
     got = csv_rows(f)[0]
     assert (got["wrong"], got["reason"], got["in_place"]) == ("0", "", "False")
+
+
+def test_a_writer_killed_between_jsonl_and_csv_loses_no_csv_row(tmp_path):
+    parent = RunFolder(tmp_path)
+    parent.create(resume=False)
+    parent.append_row(row("a", "skipped"))
+    parent.append_row(row("a2", "skipped"))
+    with open(tmp_path / "results.jsonl", "a") as fh:   # rank 0: JSONL line written, then SIGKILL
+        fh.write('{"case_id": "b", "status": "ok", "time_us": 2.0}\n')
+    parent.append_row(row("c", "timeout"))
+    assert [r["case_id"] for r in csv_rows(parent)] == ["a", "a2", "b", "c"]
+    with open(tmp_path / "results.jsonl", "a") as fh:   # killed again; the parent writes nothing after
+        fh.write('{"case_id": "d", "status": "ok", "time_us": 2.0}\n')
+    parent.rewrite_csv()                                # what the parent does after every launch
+    assert [r["case_id"] for r in csv_rows(parent)] == ["a", "a2", "b", "c", "d"]
+
+
+def test_a_cut_csv_line_is_repaired_not_glued_to(tmp_path):
+    f = RunFolder(tmp_path)
+    f.create(resume=False)
+    f.append_row(row("a"))
+    f.append_row(row("b"))
+    text = (tmp_path / "results.csv").read_text()
+    (tmp_path / "results.csv").write_text(text[:-7])     # killed mid-line
+    f.append_row(row("c"))
+    assert [r["case_id"] for r in csv_rows(f)] == ["a", "b", "c"]
+    assert all(r["status"] == "ok" for r in csv_rows(f))
+
+
+def test_a_valid_line_missing_only_its_newline_is_kept(tmp_path):
+    f = RunFolder(tmp_path)
+    f.create(resume=False)
+    f.append_row(row("a"))
+    with open(tmp_path / "results.jsonl", "a") as fh:
+        fh.write('{"case_id": "x", "status": "ok"}')      # complete JSON, newline never written
+    f.append_row(row("c"))
+    assert {r["case_id"] for r in f.latest_rows()} == {"a", "x", "c"}
+    assert [r["case_id"] for r in csv_rows(f)] == ["a", "x", "c"]
+    assert {r["case_id"] for r in RunFolder(tmp_path).latest_rows()} == {"a", "x", "c"}
+
+
+def test_a_kill_after_the_victims_row_landed_retries_the_remaining_cases(tmp_path, monkeypatch):
+    """The timed-out Case's row was stored just before the kill: the rest of the launch reruns
+    (it used to be marked failed as if the launch had died before starting)."""
+    import textwrap
+
+    from commbench import orchestrate
+    from commbench.launch import LaunchOutcome
+    from commbench.suite import load_suite
+
+    suite_path = tmp_path / "s.yaml"
+    suite_path.write_text(textwrap.dedent("""\
+        name: s
+        defaults: {ranks: 2, warmup: 1, iters: 3, sizes: [8B]}
+        benchmarks:
+          - {name: a, family: harness, ops: [barrier]}
+          - {name: b, family: harness, ops: [barrier]}
+          - {name: c, family: harness, ops: [barrier]}
+        """))
+    suite = load_suite(suite_path, gpu_count=0)
+    by_id = {c.case_id: c for c in suite.cases}
+    ids = [c.case_id for c in suite.cases]
+    folder = RunFolder(tmp_path / "run")
+    folder.create(resume=False)
+    calls = []
+
+    def fake_launch(run_dir, task, env, timeouts, on_event, allow_multicast):
+        calls.append(list(task["case_ids"]))
+        writer = RunFolder(run_dir)               # rank 0's own writer
+        if len(calls) == 1:
+            writer.append_row(row(ids[0]))
+            writer.append_row(row(ids[1]))        # stored, then the watchdog fired
+            return LaunchOutcome(-9, ids[1], None, ids[:2], ids[:1], 1.0)
+        for cid in task["case_ids"]:
+            writer.append_row(row(cid))
+        return LaunchOutcome(0, None, None, task["case_ids"], task["case_ids"], 1.0)
+
+    class Display:
+        def event(self, _):
+            pass
+
+    monkeypatch.setattr(orchestrate, "run_launch", fake_launch)
+    orchestrate._run_group(folder, suite.launches[0], ids, by_id, Display())
+    assert calls == [ids, ids[2:]]
+    assert [(r["case_id"], r["status"]) for r in csv_rows(folder)] == [(cid, "ok") for cid in ids]
