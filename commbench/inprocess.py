@@ -15,7 +15,7 @@ from pathlib import Path
 from .errors import CommbenchError
 from .launch import launch_env
 from .orchestrate import (_now, _record_unsupported, _row_for, base_meta, overrides_meta,
-                          prepare_folder, write_plan)
+                          prepare_folder, resume_meta, write_plan)
 from .results import RunFolder
 from .runner import Progress, run_cases
 from .suite import load_suite
@@ -33,8 +33,10 @@ def _root_prepares(world, suite, out_dir: Path | None, resume: bool,
             folder = prepare_folder(suite, out_dir, resume)
             write_plan(folder, suite, resume=resume)
             previous = folder.read_meta() if resume else {}
-            meta = base_meta(suite, _now())
+            started = _now()
+            meta = base_meta(suite, started)
             overrides_meta(meta, previous, overrides)
+            resume_meta(meta, previous, started)
             meta["hosts"] = sorted(set(world.hosts))
             folder.write_meta(meta)
             result = ("ok", str(folder.path))

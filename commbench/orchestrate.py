@@ -95,6 +95,14 @@ def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None
     os.replace(tmp, path)   # an interrupted write must not lose the earlier plan
 
 
+def resume_meta(meta: dict, previous: dict, started: str) -> None:
+    """run.json of a --resume keeps the first start, adds this one, and keeps earlier launches."""
+    meta["launches"] = list(previous.get("launches", []))
+    if previous:
+        meta["started_utc"] = previous.get("started_utc", started)
+        meta["resumed_utc"] = previous.get("resumed_utc", []) + [started]
+
+
 def overrides_meta(meta: dict, previous: dict, overrides: dict | None) -> None:
     """run.json: this call's `--set`/`--only` as ``overrides``; earlier calls' in ``earlier_overrides``."""
     meta["overrides"] = dict(overrides or {})
@@ -129,10 +137,7 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
     previous = folder.read_meta() if resume else {}
     meta = base_meta(suite, started)
     overrides_meta(meta, previous, overrides)
-    meta["launches"] = list(previous.get("launches", []))
-    if previous:
-        meta["started_utc"] = previous.get("started_utc", started)
-        meta["resumed_utc"] = previous.get("resumed_utc", []) + [started]
+    resume_meta(meta, previous, started)
     folder.write_meta(meta)
     by_id = {c.case_id: c for c in suite.cases}
     done = folder.done_case_ids() if resume else set()

@@ -142,3 +142,19 @@ def test_a_kill_after_the_victims_row_landed_retries_the_remaining_cases(tmp_pat
     orchestrate._run_group(folder, suite.launches[0], ids, by_id, Display())
     assert calls == [ids, ids[2:]]
     assert [(r["case_id"], r["status"]) for r in csv_rows(folder)] == [(cid, "ok") for cid in ids]
+
+
+def test_resume_meta_keeps_the_first_start_and_earlier_launches_and_overrides():
+    from commbench.orchestrate import overrides_meta, resume_meta
+
+    previous = {"started_utc": "T0", "launches": [{"launch_id": 0}], "overrides": {"only": ["a"]}}
+    meta = {"started_utc": "T1"}
+    resume_meta(meta, previous, "T1")
+    overrides_meta(meta, previous, {"only": ["b"]})
+    assert meta["started_utc"] == "T0" and meta["resumed_utc"] == ["T1"]
+    assert meta["launches"] == [{"launch_id": 0}]
+    assert meta["overrides"] == {"only": ["b"]} and meta["earlier_overrides"] == [{"only": ["a"]}]
+    fresh = {"started_utc": "T2"}
+    resume_meta(fresh, {}, "T2")
+    overrides_meta(fresh, {}, None)
+    assert fresh == {"started_utc": "T2", "launches": [], "overrides": {}}
