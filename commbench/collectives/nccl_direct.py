@@ -27,17 +27,31 @@ def communicator(ctx: RankContext) -> nccl_lib.Comm:
     return ctx.cache[_KEY]
 
 
+def raw_stream_getter():
+    """A cheap callable returning the torch current stream's cudaStream_t (an int).
+
+    torch's raw getter skips building a Stream object per call (a few us of host
+    time per op, which small-message events timing sees); older builds fall
+    back to ``torch.cuda.current_stream().cuda_stream``.
+    """
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        device = torch.cuda.current_device()
+        return lambda: raw(device)
+    return lambda: torch.cuda.current_stream().cuda_stream
+
+
 class _CurrentStream:
     """ctypes argument that is the torch current stream at the moment of the call."""
 
     def __init__(self):
-        import torch
-
-        self._current = torch.cuda.current_stream
+        self._get = raw_stream_getter()
 
     @property
     def _as_parameter_(self):
-        return ctypes.c_void_p(self._current().cuda_stream)
+        return ctypes.c_void_p(self._get())
 
 
 def make_runner(op: str, bufs, comm: nccl_lib.Comm, n: int, rank: int, dtype: str, rop: str):
