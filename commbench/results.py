@@ -141,8 +141,8 @@ class RunFolder:
     def _store_csv(self, replaced: bool) -> None:
         columns = COLUMNS + self._extra
         target = self.path / "results.csv"
-        if (not replaced and columns == self._csv_columns and _csv_header(target) == columns
-                and _ends_with_newline(target)):
+        # Another writer's rows or a rerun force `replaced`; a missing or cut file fails the newline test.
+        if not replaced and columns == self._csv_columns and _ends_with_newline(target):
             last = next(reversed(self._latest.values()))
             with open(target, "a", newline="") as fh:
                 csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore").writerow(_csv_cells(last, columns))
@@ -223,14 +223,6 @@ def _ends_with_newline(path: Path) -> bool:
             return fh.read(1) == b"\n"
     except OSError:   # missing or empty
         return False
-
-
-def _csv_header(path: Path) -> list[str] | None:
-    try:
-        with open(path, newline="") as fh:
-            return next(csv.reader(fh), None)
-    except OSError:
-        return None
 
 
 def _csv_cells(row: dict, columns: list[str]) -> dict:

@@ -47,6 +47,20 @@ def agree(comm, fn, what: str, undo=None):
     return out
 
 
+def copy_async(dst: int, src: int, nbytes: int, stream_handle: int) -> None:
+    """Device copy between raw addresses (workspace or torch tensors) on a stream."""
+    check_cuda(ipc_lib().moe_copy(ctypes.c_void_p(dst), ctypes.c_void_p(src),
+                                  ctypes.c_size_t(nbytes), ctypes.c_void_p(stream_handle)),
+               "cudaMemcpyAsync")
+
+
+def same_size_everywhere(comm, nbytes: int) -> None:
+    """Workspaces are laid out alike on every rank: refuse differing sizes (on every rank)."""
+    sizes = comm.allgather(nbytes)
+    if len(set(sizes)) != 1:
+        raise MoeCudaError(f"ranks disagree on the workspace size: {sizes}")
+
+
 def workspace_layout(sizes_bytes: dict[str, int]) -> tuple[dict[str, int], int]:
     """Offsets of every Layout field (aligned, absent fields get size 0) and the total size."""
     unknown = set(sizes_bytes) - set(LAYOUT_FIELDS)
@@ -91,9 +105,7 @@ class PeerWorkspace:
         agree(comm, alloc, "the workspace allocation", undo=lambda _: self.lib.moe_free(self.base))
         handle = ctypes.create_string_buffer(self.lib.moe_ipc_handle_size())
         check_cuda(self.lib.moe_ipc_get(self.base, handle), "cudaIpcGetMemHandle")
-        sizes = comm.allgather(nbytes)
-        if len(set(sizes)) != 1:
-            raise MoeCudaError(f"ranks disagree on the workspace size: {sizes}")
+        same_size_everywhere(comm, nbytes)
         handles = comm.allgather(handle.raw)
         self.opened: list[ctypes.c_void_p] = []
         self.peers: list[int] = []
@@ -108,10 +120,7 @@ class PeerWorkspace:
             self.peers.append(ptr.value)
 
     def copy(self, dst: int, src: int, nbytes: int, stream_handle: int) -> None:
-        """Device copy between raw addresses (workspace or torch tensors) on a stream."""
-        check_cuda(self.lib.moe_copy(ctypes.c_void_p(dst), ctypes.c_void_p(src),
-                                     ctypes.c_size_t(nbytes), ctypes.c_void_p(stream_handle)),
-                   "cudaMemcpyAsync")
+        copy_async(dst, src, nbytes, stream_handle)
 
     def close(self) -> None:
         """Unmap peers, then free our allocation once no peer can still touch it."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-from .ipc import check_cuda, ipc_lib
+from .ipc import check_cuda, copy_async, ipc_lib, same_size_everywhere
 
 BUFFER_NAME = "moe_ll_workspace"
 KERNELS = "moe_ll_nvshmem"
@@ -20,23 +20,17 @@ class SymmetricWorkspace:
     """Same interface as ipc.PeerWorkspace: ``peers[r]`` is the address to use for rank r."""
 
     def __init__(self, handle, nbytes: int, comm, rank: int, ranks: int):
-        self.lib = ipc_lib()
         self.comm = comm
-        self.rank = rank
-        sizes = comm.allgather(nbytes)
-        if len(set(sizes)) != 1:
-            raise ValueError(f"ranks disagree on the workspace size: {sizes}")
+        same_size_everywhere(comm, nbytes)
         self.base = handle.buffer(BUFFER_NAME, nbytes)   # collective
-        check_cuda(self.lib.moe_zero(ctypes.c_void_p(self.base), ctypes.c_size_t(nbytes)),
+        check_cuda(ipc_lib().moe_zero(ctypes.c_void_p(self.base), ctypes.c_size_t(nbytes)),
                    f"cudaMemset({nbytes} bytes)")
         comm.Barrier()
         self.peers = [self.base] * ranks   # symmetric: one address names every PE's copy
         self.all_p2p = all(handle.is_p2p(self.base, pe) for pe in range(ranks) if pe != rank)
 
     def copy(self, dst: int, src: int, nbytes: int, stream_handle: int) -> None:
-        check_cuda(self.lib.moe_copy(ctypes.c_void_p(dst), ctypes.c_void_p(src),
-                                     ctypes.c_size_t(nbytes), ctypes.c_void_p(stream_handle)),
-                   "cudaMemcpyAsync")
+        copy_async(dst, src, nbytes, stream_handle)
 
     def close(self) -> None:
         """The buffer stays with the NVSHMEM handle (freed at finalize); wait for every peer."""

@@ -10,16 +10,20 @@ from concurrent.futures import ThreadPoolExecutor
 from commbench import jit
 from commbench.nvshmem import paths
 
-PLAIN = ("allreduce", "moe_normal", "moe_ll", "moe_ipc", "proxy")
-WITH_NVSHMEM = ("nvshmem_boot", "nvshmem_ops", "nvshmem_coll", "moe_ll_nvshmem")
+
+def uses_nvshmem(source) -> bool:
+    """A kernel library built against NVSHMEM includes one of its headers."""
+    return any(line.startswith("#include") and "nvshmem" in line
+               for line in source.read_text().splitlines())
 
 
 def main() -> int:
-    jobs = {name: {} for name in PLAIN}
+    sources = sorted(jit.kernels_dir().glob("*.cu"))
+    jobs = {src.stem: {} for src in sources if not uses_nvshmem(src)}
     try:
         inst = paths.find_install()
         ns = {"flags": paths.compile_flags(inst), "libs": paths.link_args(inst)}
-        jobs.update({name: ns for name in WITH_NVSHMEM})
+        jobs.update({src.stem: ns for src in sources if uses_nvshmem(src)})
     except paths.NvshmemNotFound as exc:
         print(f"NVSHMEM not found, its libraries are not built: {exc}")
     failed = 0

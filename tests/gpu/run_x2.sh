@@ -11,21 +11,8 @@
 #   X2_SET=final: MoE at 2 ranks (one per GPU) and 4 ranks (two per GPU), NVSHMEM atomics,
 #                the IBRC/IBGDA suite on one host (P2P off, no HCA: skipped with NVSHMEM's reason)
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COMMBENCH_JIT_CACHE=/tmp/cb-jit
-OUT=${OUT:-/tmp/out}; R=/tmp/x2; mkdir -p "$OUT" "$R"
-S="$OUT/summary.txt"; : > "$S"
-date -u >> "$S"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$S"
-nvidia-smi topo -m >> "$S" 2>&1
-timeout 60 python3 -m commbench info --json > "$R/info.json" 2>&1
-t0=$SECONDS
-timeout 240 python3 tests/gpu/prebuild.py >> "$S" 2>&1
-echo "== prebuild in $((SECONDS - t0)) s" >> "$S"
-step() {  # name seconds suite [run options...]
-  local name=$1 t=$2 suite=$3; shift 3; local t0=$SECONDS
-  timeout -s TERM "$t" python3 -m commbench run "$suite" --out "$R/$name" --quiet "$@" > "$R/$name.console.txt" 2>&1
-  echo "== $name: rc=$? in $((SECONDS - t0)) s" >> "$S"; tail -n 30 "$R/$name.console.txt" >> "$S"
-}
+R=/tmp/x2
+source tests/gpu/session.sh
 if [ "${X2_SET:-base}" = moe ]; then
   step moe-ep2 "${T_MOE:-150}" suites/moe.yaml --set ranks=2
   step x2-more "${T_MORE:-120}" tests/gpu/suites/x2-more.yaml
