@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .families.base import Case
-from .results import RunFolder
+from .runfolder import RunFolder
 from .runner import Progress, run_cases
 from .world import build_world
 

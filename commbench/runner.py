@@ -16,7 +16,7 @@ from . import metrics, timing
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
-from .results import RunFolder, case_row
+from .runfolder import RunFolder, case_row
 from .world import World
 
 
