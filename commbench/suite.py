@@ -14,6 +14,7 @@ import yaml
 from .errors import SuiteError
 from .families import all_families
 from .families.base import Case, Family
+from .safety import suite_env_refusal
 from .units import format_size, parse_size
 from .yaml_lines import LineDict, LineList, load_yaml
 
@@ -372,6 +373,10 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
         if not isinstance(k, str) or not _ENV_NAME.match(k):
             err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env",
                     f"{k!r} is not a valid environment variable name")
+            continue
+        refusal = suite_env_refusal(k)
+        if refusal:
+            err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env.{k}", refusal)
             continue
         vals = _as_list(v)
         if not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in vals) or not vals:
