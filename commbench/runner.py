@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from . import metrics, safety, timing
+from .measure import native_loop
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
@@ -79,6 +80,12 @@ def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
         mode = "host"
     elif mode in ("auto", "host"):
         mode = "events"
+    native = getattr(state, "native", None)
+    if native is not None and mode in native_loop.TIMERS:
+        handle = stream.cuda_stream
+        stream.synchronize()
+        native_loop.warm_up(native, handle, case.warmup)
+        return native_loop.TIMERS[mode](native, handle, case.iters, world.barrier), mode
     for _ in range(case.warmup):
         fam.run(state)
     if stream is not None:
@@ -114,6 +121,8 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     wrong = world.sum_int(wrong_local)
     gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
     extra = dict(getattr(state, "extra", {}) or {})
+    if getattr(state, "stream", None) is not None:  # which loop enqueued the timed ops
+        extra.setdefault("timed_loop", "native" if getattr(state, "native", None) is not None else "python")
     row["size_bytes"] = getattr(state, "size_bytes", case.size_bytes)
     row["count"] = getattr(state, "count", None)
     _teardown(fam, state)

@@ -29,6 +29,7 @@ class CollectiveState:
     size_bytes: int
     stream: object = None
     extra: dict = field(default_factory=dict)
+    native: object = None  # measure.native_loop.NativeOp: the timed batch runs in native code
 
 
 class Collectives(Family):
@@ -43,6 +44,9 @@ class Collectives(Family):
         "in_place": Param(False, (bool,), "in-place (output aliases input, as nccl-tests) or out-of-place"),
         "reduce_op": Param("sum", (str,), "reduction for all_reduce, reduce_scatter, reduce",
                            choices=("sum", "max", "min")),
+        "timed_loop": Param("native", (str,), "nccl backend: enqueue the timed batch from native code "
+                            "(as nccl-tests) or from Python, one interpreter call per op",
+                            choices=("native", "python")),
     }
 
     def unsupported(self, case: Case) -> str | None:
@@ -65,7 +69,7 @@ class Collectives(Family):
             "all_gather", "reduce_scatter", "alltoall") else count * elem
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
-        stream = None
+        stream, native = None, None
         if case.backend in ("nccl", "torch_nccl"):
             import torch
 
@@ -84,6 +88,10 @@ class Collectives(Family):
 
             comm = nccl_direct.communicator(ctx)
             runner = nccl_direct.make_runner(case.op, bufs, comm, n, rank, case.dtype, rop)
+            if case.param("timed_loop", "native") == "native":
+                from ..collectives.nccl_native import native_op
+
+                native = native_op(case.op, bufs, comm, n, rank, case.dtype, rop)
         elif case.backend == "mpi":
             from ..collectives import mpi_ops
 
@@ -99,7 +107,7 @@ class Collectives(Family):
         if case.backend in ("torch_nccl", "gloo") and not in_place and case.op in COPY_ADDED:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
-                               count, size_bytes, stream, extra)
+                               count, size_bytes, stream, extra, native)
 
     def run(self, state: CollectiveState) -> None:
         state.runner()
