@@ -86,9 +86,15 @@ def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
         stream.synchronize()
         native_loop.warm_up(native, handle, case.warmup)
         return native_loop.TIMERS[mode](native, handle, case.iters, world.barrier), mode
-    for _ in range(case.warmup):
-        fam.run(state)
-    if stream is not None:
+    if stream is None:
+        for _ in range(case.warmup):
+            fam.run(state)
+    else:
+        import torch
+
+        with torch.cuda.stream(stream):
+            for _ in range(case.warmup):
+                fam.run(state)
         stream.synchronize()
     run = lambda: fam.run(state)  # noqa: E731
     if mode == "host":

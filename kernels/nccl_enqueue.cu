@@ -12,6 +12,7 @@ typedef int (*nccl_reduce_t)(const void*, void*, size_t, int, int, int, void*, c
 typedef int (*nccl_send_t)(const void*, size_t, int, int, void*, cudaStream_t);
 typedef int (*nccl_recv_t)(void*, size_t, int, int, void*, cudaStream_t);
 typedef int (*nccl_group_t)(void);
+typedef int (*nccl_alltoall_t)(const void*, void*, size_t, int, void*, cudaStream_t);
 
 extern "C" {
 
@@ -26,6 +27,7 @@ struct cb_nccl_api {
   nccl_recv_t recv;
   nccl_group_t group_start;
   nccl_group_t group_end;
+  nccl_alltoall_t all_to_all;  // NULL before NCCL 2.28: grouped send/recv instead
 };
 
 enum cb_nccl_op_kind { CB_ALL_REDUCE = 0, CB_ALL_GATHER, CB_REDUCE_SCATTER, CB_BROADCAST, CB_REDUCE,
@@ -57,6 +59,7 @@ int cb_nccl_enqueue(void* arg, cudaStream_t s) {
     case CB_BROADCAST: return a->broadcast(o->send, o->recv, o->count, o->dtype, o->root, o->comm, s);
     case CB_REDUCE: return a->reduce(o->send, o->recv, o->count, o->dtype, o->redop, o->root, o->comm, s);
     case CB_ALLTOALL: {
+      if (a->all_to_all) return a->all_to_all(o->send, o->recv, o->count, o->dtype, o->comm, s);
       const size_t chunk = o->count * o->elem_bytes;
       int rc = a->group_start();
       for (int peer = 0; rc == 0 && peer < o->nranks; ++peer) {

@@ -20,7 +20,7 @@ _ENTRY_POINTS = ("ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBro
 class _Api(ctypes.Structure):  # struct cb_nccl_api
     _fields_ = [(name, ctypes.c_void_p) for name in
                 ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send", "recv",
-                 "group_start", "group_end")]
+                 "group_start", "group_end", "all_to_all")]
 
 
 class _Op(ctypes.Structure):  # struct cb_nccl_op
@@ -33,7 +33,9 @@ class _Op(ctypes.Structure):  # struct cb_nccl_op
 @lru_cache(maxsize=None)
 def _api() -> _Api:
     lib = nccl_lib.library()
-    return _Api(*[ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _ENTRY_POINTS])
+    api = [ctypes.cast(getattr(lib, name), ctypes.c_void_p).value for name in _ENTRY_POINTS]
+    alltoall = ctypes.cast(lib.ncclAlltoAll, ctypes.c_void_p).value if nccl_lib.has_alltoall() else None
+    return _Api(*api, alltoall)
 
 
 @lru_cache(maxsize=None)

@@ -79,10 +79,16 @@ class Collectives(Family):
                 raise SkipCase(f"NCCL needs one GPU per rank: {world.local_size} ranks on this node, "
                                f"{torch.cuda.device_count()} GPU(s)")
             device = ctx.device
-            stream = torch.cuda.current_stream()
+            # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with
+            # the legacy default stream; torch_nccl: the framework's current stream
+            stream = torch.cuda.Stream() if case.backend == "nccl" else torch.cuda.current_stream()
         else:
             device = "cpu"
         bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place)
+        if stream is not None:
+            import torch
+
+            torch.cuda.synchronize()  # inputs were written on the current stream; ops run on `stream`
         if case.backend == "nccl":
             from ..collectives import nccl_direct
 
@@ -104,6 +110,10 @@ class Collectives(Family):
             torch_ops.process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if case.op in REDUCING else ""}
+        if case.backend == "nccl" and case.op == "alltoall":
+            from .. import nccl_lib
+
+            extra["nccl_call"] = "ncclAlltoAll" if nccl_lib.has_alltoall() else "grouped ncclSend/ncclRecv"
         if case.backend in ("torch_nccl", "gloo") and not in_place and case.op in COPY_ADDED:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
@@ -116,10 +126,14 @@ class Collectives(Family):
         from ..collectives import buffers
 
         buffers.refill(state.op, state.bufs, state.rank, state.in_place)
-        if state.stream is not None:
-            state.stream.synchronize()
-        state.runner()
-        if state.stream is not None:
+        if state.stream is None:
+            state.runner()
+        else:
+            import torch
+
+            torch.cuda.synchronize()  # the refill ran on the current stream
+            with torch.cuda.stream(state.stream):
+                state.runner()
             state.stream.synchronize()
         return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)
 

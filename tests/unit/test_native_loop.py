@@ -21,10 +21,10 @@ def test_sources_compile_for_sm90(name):
 
 
 def test_op_struct_layout_matches_the_c_struct():
-    # struct cb_nccl_op: pointer, int, 2 pointers, 2 size_t, 6 ints, pointer (x86-64: 80 bytes)
+    # struct cb_nccl_op: pointer, int, 2 pointers, 2 size_t, 5 ints, pointer (x86-64: 80 bytes)
     assert ctypes.sizeof(nccl_native._Op) == 80
     assert nccl_native._Op.comm.offset == 72
-    assert ctypes.sizeof(nccl_native._Api) == 9 * ctypes.sizeof(ctypes.c_void_p)
+    assert ctypes.sizeof(nccl_native._Api) == 10 * ctypes.sizeof(ctypes.c_void_p)
     assert list(nccl_native.KINDS) == ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                                        "alltoall", "sendrecv"]
 
