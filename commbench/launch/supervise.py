@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .mpiexec import launcher_argv
-from .safety import KILL_SWITCHES, launch_env
+from .safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
 
@@ -50,7 +50,8 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     task_path.write_text(json.dumps(task))
     progress = Path(task["progress"])
     env = launch_env(run_dir, variant_env, allow_multicast)
-    forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR"})
+    forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR",
+                                                                         EXPECTED_VAR})
     argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded, tuple(task.get("hosts", ()))) + [
         sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
     log_path = run_dir / task["log"]

@@ -8,6 +8,7 @@ import math
 
 from ..families import all_families
 from ..families.base import Case, Family
+from ..launch.safety import suite_env_refusal
 from ..units import format_size, parse_size
 from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, TIMINGS, SuiteErrors,
                      as_list)
@@ -167,9 +168,11 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
                     f"Slurm allocation)")
         else:
             host_groups = [pair for rnd in round_robin_pairs(hosts) for pair in rnd]
-    timing = m.get("timing", "auto")
-    if timing not in TIMINGS:
-        err.add(_line(bench, defaults, "timing"), f"{where}.timing", f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
+    timings = as_list(m.get("timing", "auto"))
+    for timing in timings:
+        if not isinstance(timing, str) or timing not in TIMINGS:
+            err.add(_line(bench, defaults, "timing"), f"{where}.timing",
+                    f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
     env = m.get("env", {}) or {}
     if not isinstance(env, dict):
         err.add(_line(bench, defaults, "env"), f"{where}.env", "must be a mapping of variable -> value or list of values")
@@ -179,6 +182,10 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
         if not isinstance(k, str) or not ENV_NAME.match(k):
             err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env",
                     f"{k!r} is not a valid environment variable name")
+            continue
+        refusal = suite_env_refusal(k)
+        if refusal:
+            err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env.{k}", refusal)
             continue
         vals = as_list(v)
         if not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in vals) or not vals:
@@ -219,8 +226,8 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
     cases = []
-    for hosts, ranks, envv, op, backend, dtype, pcombo, size in itertools.product(
-            host_groups, ranks_list, env_variants, ops, backends, dtypes,
+    for hosts, ranks, envv, op, backend, dtype, timing, pcombo, size in itertools.product(
+            host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
         rpn = int(ints["ranks_per_node"] or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
