@@ -123,7 +123,8 @@ def list_cmd():
         ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")
         for name, p in fam.params.items():
             choices = f" (one of {', '.join(map(str, p.choices))})" if p.choices else ""
-            ft.add_row(f"params.{name}", repr(p.default), p.help + choices)
+            bounds = f" (range {p.range_text()})" if p.range else ""
+            ft.add_row(f"params.{name}", repr(p.default), p.help + choices + bounds)
         console.print(ft)
 
 

@@ -16,12 +16,49 @@ from typing import Any, Callable
 
 @dataclass(frozen=True)
 class Param:
-    """A family-specific suite parameter: default, accepted Python type(s), help text."""
+    """A family-specific suite parameter: default, accepted Python type(s), help text, and what
+    values can ever run: ``choices``, an inclusive ``range`` (lo, hi; None = open) and ``check``
+    (a further rule on one value, returning what is wrong or None). `validate` rejects any other
+    value with file:line:field; `list` and the docs show the same table."""
 
     default: Any
     types: tuple[type, ...]
     help: str
     choices: tuple[Any, ...] | None = None
+    range: tuple[float | None, float | None] | None = None
+    check: Callable[[Any], str | None] | None = None
+
+    def problem(self, name: str, value: Any) -> str | None:
+        """What is wrong with one value of this parameter, or None."""
+        if (isinstance(value, bool) and bool not in self.types) or not isinstance(value, self.types):
+            return f"expected {'/'.join(t.__name__ for t in self.types)}, got {value!r}"
+        if self.choices is not None and value not in self.choices:
+            return f"{value!r} not in {list(self.choices)}"
+        if self.range is not None:
+            lo, hi = self.range
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                return f"{name} must be {self.range_text()}, got {value!r}"
+        if self.check is not None:
+            msg = self.check(value)
+            if msg:
+                return f"{name} {msg}, got {value!r}"
+        return None
+
+    def range_text(self) -> str:
+        lo, hi = self.range or (None, None)
+        if lo is not None and hi is not None:
+            return f"{lo}..{hi}"
+        return f">= {lo}" if lo is not None else f"<= {hi}"
+
+
+def multiple_of(step: int) -> Callable[[Any], str | None]:
+    """A Param check: the value is a multiple of ``step``."""
+    return lambda v: None if v % step == 0 else f"must be a multiple of {step}"
+
+
+def power_of_two(v: Any) -> str | None:
+    """A Param check: the value is a power of two."""
+    return None if v > 0 and v & (v - 1) == 0 else "must be a power of two"
 
 
 @dataclass(frozen=True)
@@ -128,13 +165,49 @@ class Family:
     params: dict[str, Param] = {}
 
     # --- planning (runs on the CPU, in the parent, no GPU packages) ---
+    # Three kinds of "this Case cannot run", kept apart so that `validate` can reject what the
+    # suite alone decides: a parameter value outside its Param (checked from the table), a
+    # combination the sweep produced that can never run (``impossible``), and what depends on
+    # the machine or the site (``machine_reason``). ``unsupported`` is their union; families
+    # override the two hooks, not it.
     def unsupported(self, case: Case) -> str | None:
-        """Reason a Case can never run (row becomes skipped), or None."""
+        """Reason a Case can never run here (row becomes skipped), or None."""
+        for name, spec in self.params.items():
+            reason = spec.problem(name, case.param(name, spec.default))
+            if reason:
+                return reason
+        conflict = self.impossible(case)
+        return conflict[1] if conflict else self.machine_reason(case)
+
+    def impossible(self, case: Case) -> tuple[str, str] | None:
+        """A combination of suite values that can never run: (suite field to blame, reason).
+
+        The field is a suite key ("sizes", "ranks", "dtypes", "ops", "backends", "timing",
+        "ranks_per_node") or "params.NAME". `validate` rejects a value of that field when no
+        Case with it can run; otherwise such Cases become skipped rows."""
+        return None
+
+    def machine_reason(self, case: Case) -> str | None:
+        """Reason a Case cannot run that depends on the machine or the site (kill switches);
+        GPU count, SM count and transport are found in ``setup`` (raise SkipCase there)."""
         return None
 
     def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
-        """Extra checks on a suite benchmark: list of (field, message). Default none."""
-        return []
+        """Checks on a suite benchmark (merged with defaults): list of (field, message).
+
+        The default checks every value of every parameter against its Param; a family that
+        needs more calls this and adds to it."""
+        problems = []
+        params = bench.get("params") or {}
+        for name, value in params.items():
+            spec = self.params.get(name)
+            if spec is None:
+                continue   # unknown names are the suite loader's error
+            for v in value if isinstance(value, list) else [value]:
+                msg = spec.problem(name, v)
+                if msg:
+                    problems.append((f"params.{name}", msg))
+        return problems
 
     # --- measuring (runs in every rank) ---
     def setup(self, case: Case, ctx: RankContext) -> Any:

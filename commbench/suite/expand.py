@@ -14,6 +14,7 @@ from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, TIM
                      as_list)
 from .yaml_lines import LineDict
 
+
 def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
     """Sizes from a single value, a list, or a {min, max, factor|step} sweep."""
     try:
@@ -60,18 +61,6 @@ def default_iters(size_bytes: int, warmup: bool) -> int:
     return max(floor, int(base * LARGE_BYTES / size_bytes))
 
 
-def _check_type(value, types, err, line, where) -> bool:
-    vals = as_list(value)
-    for v in vals:
-        if isinstance(v, bool) and bool not in types:
-            err.add(line, where, f"expected {'/'.join(t.__name__ for t in types)}, got {v!r}")
-            return False
-        if not isinstance(v, types):
-            err.add(line, where, f"expected {'/'.join(t.__name__ for t in types)}, got {v!r}")
-            return False
-    return True
-
-
 def _resolve_ranks(value, gpu_count: int) -> int:
     return max(1, gpu_count) if value == "all" else int(value)
 
@@ -81,145 +70,207 @@ def _variant_label(env: dict[str, str], varying: list[str]) -> str:
     return ",".join(f"{k}={env[k]}" for k in keys) if keys else "default"
 
 
-def _merged(bench: LineDict, defaults: LineDict) -> dict:
-    out = {}
-    for src in (defaults, bench):
-        for k, v in src.items():
-            out[ALIASES.get(k, k)] = v
-    return out
+class _Bench:
+    """One benchmark being expanded: its keys merged over the defaults, and errors that name
+    the line of the key they are about (the benchmark's own, else the defaults')."""
+
+    def __init__(self, bench: LineDict, defaults: LineDict, where: str, err: SuiteErrors):
+        self.bench, self.defaults, self.where, self.err = bench, defaults, where, err
+        self.m = {ALIASES.get(k, k): v for src in (defaults, bench) for k, v in src.items()}
+
+    def get(self, key: str, default=None):
+        return self.m.get(key, default)
+
+    def line(self, key: str) -> int:
+        if key.startswith("params."):
+            params = self.m.get("params")
+            if isinstance(params, LineDict) and key[7:] in params:
+                return params.line_of(key[7:])
+            key = "params"
+        for src in (self.bench, self.defaults):
+            for k in (key, *[a for a, b in ALIASES.items() if b == key]):
+                if k in src:
+                    return src.line_of(k)
+        return self.bench.line
+
+    def add(self, key: str, msg: str, line: int | None = None) -> None:
+        self.err.add(self.line(key) if line is None else line, f"{self.where}.{key}", msg)
 
 
-def _line(bench: LineDict, defaults: LineDict, key: str) -> int:
-    for src in (bench, defaults):
-        for k in (key, *[a for a, b in ALIASES.items() if b == key]):
-            if k in src:
-                return src.line_of(k)
-    return bench.line
-
-
-def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: str,
-                  err: SuiteErrors, gpu_count: int, seen_names: set) -> list[Case]:
-    for key in bench:
+def _name(b: _Bench, seen_names: set) -> str:
+    for key in b.bench:
         if ALIASES.get(key, key) not in BENCH_KEYS:
-            err.add(bench.line_of(key), f"{where}.{key}", f"unknown key (expected one of: {', '.join(BENCH_KEYS)})")
-    m = _merged(bench, defaults)
-    bname = m.get("name")
+            b.add(key, f"unknown key (expected one of: {', '.join(BENCH_KEYS)})", b.bench.line_of(key))
+    bname = b.get("name")
     if not isinstance(bname, str) or not bname:
-        err.add(bench.line, f"{where}.name", "required: a non-empty string")
-        bname = where
+        b.add("name", "required: a non-empty string", b.bench.line)
+        bname = b.where
     elif bname in seen_names:
-        err.add(bench.line_of("name"), f"{where}.name", f"duplicate benchmark name {bname!r}")
+        b.add("name", f"duplicate benchmark name {bname!r}", b.bench.line_of("name"))
     seen_names.add(bname)
-    where = f"{where} ({bname})"
+    return bname
+
+
+def _family(b: _Bench) -> Family | None:
     fams = all_families()
-    fam_name = m.get("family")
+    fam_name = b.get("family")
     if fam_name not in fams:
-        err.add(_line(bench, defaults, "family"), f"{where}.family",
-                f"unknown family {fam_name!r} (known: {', '.join(sorted(fams))})")
-        return []
-    fam: Family = fams[fam_name]
-    n_err = len(err.items)
+        b.add("family", f"unknown family {fam_name!r} (known: {', '.join(sorted(fams))})")
+        return None
+    return fams[fam_name]
 
-    def choose(key: str, allowed, default):
-        vals = as_list(m.get(key, default))
-        if not vals:
-            err.add(_line(bench, defaults, key), f"{where}.{key}", "empty list")
-        for v in vals:
-            if v not in allowed:
-                err.add(_line(bench, defaults, key), f"{where}.{key}",
-                        f"unknown {key[:-1]} {v!r} for family {fam.name} (known: {', '.join(allowed)})")
-        return vals
 
-    ops = choose("ops", fam.ops, list(fam.ops))
-    backends = choose("backends", fam.backends, list(fam.backends[:1]))
-    dtypes = choose("dtypes", fam.dtypes, [fam.default_dtype])
-    sizes = expand_sizes(m.get("sizes", "1MiB"), err, _line(bench, defaults, "sizes"), f"{where}.sizes")
-    ints = {}
+def _choose(b: _Bench, fam: Family, key: str, allowed, default) -> list:
+    vals = as_list(b.get(key, default))
+    if not vals:
+        b.add(key, "empty list")
+    for v in vals:
+        if v not in allowed:
+            b.add(key, f"unknown {key[:-1]} {v!r} for family {fam.name} (known: {', '.join(allowed)})")
+    return vals
+
+
+def _counts(b: _Bench) -> dict:
+    """warmup, iters, timeout_s, ranks_per_node: None means the default."""
+    out = {}
     for key, default in (("warmup", None), ("iters", None), ("timeout_s", 300), ("ranks_per_node", None)):
-        v = m.get(key, default)
+        v = b.get(key, default)
         kinds = (float, int) if key == "timeout_s" else (int,)
         if v is not None and (isinstance(v, bool) or not isinstance(v, kinds) or not math.isfinite(v)
                               or v < (1 if key != "warmup" else 0)):
             what = "a positive number" if key == "timeout_s" else (
                 "a whole number >= 0" if key == "warmup" else "a whole number >= 1")
-            err.add(_line(bench, defaults, key), f"{where}.{key}", f"expected {what}, got {v!r}")
+            b.add(key, f"expected {what}, got {v!r}")
             v = default
-        ints[key] = v
-    ranks_list = []
-    for r in as_list(m.get("ranks", 1)):
-        if r != "all" and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
-            err.add(_line(bench, defaults, "ranks"), f"{where}.ranks", f"expected a positive integer or 'all', got {r!r}")
-            continue
-        ranks_list.append(_resolve_ranks(r, gpu_count))
-    placement = m.get("placement", "together")
-    host_groups: list[tuple[str, ...]] = [()]
-    if placement not in PLACEMENTS:
-        err.add(_line(bench, defaults, "placement"), f"{where}.placement",
-                f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
-    elif placement != "together":
-        from ..sysinfo.hosts import allocation_hosts, round_robin_pairs
+        out[key] = v
+    return out
 
-        hosts = allocation_hosts()
-        if placement == "per_node":
-            host_groups = [(h,) for h in hosts]
-        elif len(hosts) < 2:
-            err.add(_line(bench, defaults, "placement"), f"{where}.placement",
-                    f"pairs needs at least 2 hosts, found {hosts} (set COMMBENCH_HOSTS or run in a "
-                    f"Slurm allocation)")
-        else:
-            host_groups = [pair for rnd in round_robin_pairs(hosts) for pair in rnd]
-    timings = as_list(m.get("timing", "auto"))
+
+def _ranks(b: _Bench, gpu_count: int) -> list[int]:
+    out = []
+    for r in as_list(b.get("ranks", 1)):
+        if r != "all" and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
+            b.add("ranks", f"expected a positive integer or 'all', got {r!r}")
+            continue
+        out.append(_resolve_ranks(r, gpu_count))
+    return out
+
+
+def _host_groups(b: _Bench) -> list[tuple[str, ...]]:
+    """() = anywhere; else one group per host (per_node) or per pair of hosts (pairs)."""
+    placement = b.get("placement", "together")
+    if placement not in PLACEMENTS:
+        b.add("placement", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
+        return [()]
+    if placement == "together":
+        return [()]
+    from ..sysinfo.hosts import allocation_hosts, round_robin_pairs
+
+    hosts = allocation_hosts()
+    if placement == "per_node":
+        return [(h,) for h in hosts]
+    if len(hosts) < 2:
+        b.add("placement", f"pairs needs at least 2 hosts, found {hosts} (set COMMBENCH_HOSTS or run in a "
+                           f"Slurm allocation)")
+        return [()]
+    return [pair for rnd in round_robin_pairs(hosts) for pair in rnd]
+
+
+def _timings(b: _Bench) -> list:
+    timings = as_list(b.get("timing", "auto"))
     for timing in timings:
         if not isinstance(timing, str) or timing not in TIMINGS:
-            err.add(_line(bench, defaults, "timing"), f"{where}.timing",
-                    f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
-    env = m.get("env", {}) or {}
+            b.add("timing", f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
+    return timings
+
+
+def _env_lists(b: _Bench) -> dict[str, list[str]]:
+    env = b.get("env", {}) or {}
     if not isinstance(env, dict):
-        err.add(_line(bench, defaults, "env"), f"{where}.env", "must be a mapping of variable -> value or list of values")
-        env = {}
-    env_lists = {}
+        b.add("env", "must be a mapping of variable -> value or list of values")
+        return {}
+    out = {}
     for k, v in env.items():
+        line = env.line_of(k) if isinstance(env, LineDict) else b.bench.line
         if not isinstance(k, str) or not ENV_NAME.match(k):
-            err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env",
-                    f"{k!r} is not a valid environment variable name")
+            b.add("env", f"{k!r} is not a valid environment variable name", line)
             continue
         refusal = suite_env_refusal(k)
         if refusal:
-            err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env.{k}", refusal)
+            b.add(f"env.{k}", refusal, line)
             continue
         vals = as_list(v)
         if not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in vals) or not vals:
-            err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env.{k}",
-                    "values must be strings or numbers (quote booleans: \"1\")")
+            b.add(f"env.{k}", "values must be strings or numbers (quote booleans: \"1\")", line)
             continue
-        env_lists[str(k)] = [str(x) for x in vals]
-    params = m.get("params", {}) or {}
+        out[str(k)] = [str(x) for x in vals]
+    return out
+
+
+def _param_lists(b: _Bench, fam: Family) -> dict[str, list]:
+    """Every family parameter's values (the default when the suite does not name it). Values
+    are checked against their Param by ``fam.validate_bench``."""
+    params = b.get("params", {}) or {}
     if not isinstance(params, dict):
-        err.add(_line(bench, defaults, "params"), f"{where}.params", "must be a mapping")
+        b.add("params", "must be a mapping")
         params = {}
-    param_lists = {}
+    out = {}
     for k, v in params.items():
-        pline = params.line_of(k) if isinstance(params, LineDict) else bench.line
-        spec = fam.params.get(k)
-        if spec is None:
+        if k not in fam.params:
             known = ", ".join(fam.params) or "none"
-            err.add(pline, f"{where}.params.{k}", f"unknown parameter for family {fam.name} (known: {known})")
-            continue
-        if isinstance(v, list) and not v:
-            err.add(pline, f"{where}.params.{k}", "empty list")
-            continue
-        if not _check_type(v, spec.types, err, pline, f"{where}.params.{k}"):
-            continue
-        if spec.choices is not None:
-            bad = [x for x in as_list(v) if x not in spec.choices]
-            if bad:
-                err.add(pline, f"{where}.params.{k}", f"{bad[0]!r} not in {list(spec.choices)}")
-                continue
-        param_lists[k] = as_list(v)
-    for k, spec in fam.params.items():
-        param_lists.setdefault(k, [spec.default])
-    for field_name, msg in fam.validate_bench(m):
-        err.add(_line(bench, defaults, field_name.split(".")[0]), f"{where}.{field_name}", msg)
+            b.add(f"params.{k}", f"unknown parameter for family {fam.name} (known: {known})")
+        elif isinstance(v, list) and not v:
+            b.add(f"params.{k}", "empty list")
+        else:
+            out[k] = as_list(v)
+    for field_name, msg in fam.validate_bench(b.m):
+        b.add(field_name, msg)
+    return {k: out.get(k, [spec.default]) for k, spec in fam.params.items()}
+
+
+def _field_value(case: Case, field_name: str):
+    """The value a Case took for a suite field (as `Family.impossible` names fields)."""
+    if field_name.startswith("params."):
+        return case.param(field_name[7:])
+    attr = {"ops": "op", "backends": "backend", "dtypes": "dtype", "sizes": "size_bytes"}.get(field_name, field_name)
+    return getattr(case, attr)
+
+
+def _reject_values_that_never_run(b: _Bench, fam: Family, cases: list[Case]) -> None:
+    """A suite value whose every Case is an impossible combination is an error; a value that
+    runs in some combinations leaves skipped rows for the others (a sweep may cross them)."""
+    conflicts = {c.case_id: fam.impossible(c) for c in cases}
+    blamed: dict[tuple, str] = {}
+    for c in cases:
+        hit = conflicts[c.case_id]
+        if hit:
+            blamed.setdefault((hit[0], _field_value(c, hit[0])), hit[1])
+    for (field_name, value), reason in blamed.items():
+        if all(conflicts[c.case_id] for c in cases if _field_value(c, field_name) == value):
+            shown = format_size(value) if field_name == "sizes" else repr(value)
+            b.add(field_name, f"{shown} never runs: {reason}")
+
+
+def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: str,
+                 err: SuiteErrors, gpu_count: int, seen_names: set) -> list[Case]:
+    """The validated Cases of one benchmark; problems go to ``err`` (then no Case is returned)."""
+    b = _Bench(bench, defaults, where, err)
+    bname = _name(b, seen_names)
+    b.where = f"{where} ({bname})"
+    fam = _family(b)
+    if fam is None:
+        return []
+    n_err = len(err.items)
+    ops = _choose(b, fam, "ops", fam.ops, list(fam.ops))
+    backends = _choose(b, fam, "backends", fam.backends, list(fam.backends[:1]))
+    dtypes = _choose(b, fam, "dtypes", fam.dtypes, [fam.default_dtype])
+    sizes = expand_sizes(b.get("sizes", "1MiB"), err, b.line("sizes"), f"{b.where}.sizes")
+    counts = _counts(b)
+    ranks_list = _ranks(b, gpu_count)
+    host_groups = _host_groups(b)
+    timings = _timings(b)
+    env_lists = _env_lists(b)
+    param_lists = _param_lists(b, fam)
     if len(err.items) > n_err:
         return []
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)
@@ -229,15 +280,16 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     for hosts, ranks, envv, op, backend, dtype, timing, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
-        rpn = int(ints["ranks_per_node"] or ranks)
+        rpn = int(counts["ranks_per_node"] or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
         n_ranks = rpn * len(hosts) if hosts else ranks
         cases.append(Case(
             suite=suite_name, bench=bname, family=fam.name, op=op, backend=backend,
             variant=_variant_label(envv, varying), env=tuple(sorted(envv.items())),
             dtype=dtype, size_bytes=size, params=tuple(zip(pkeys, pcombo)),
-            warmup=int(ints["warmup"]) if ints["warmup"] is not None else default_iters(size, True),
-            iters=int(ints["iters"]) if ints["iters"] is not None else default_iters(size, False),
+            warmup=int(counts["warmup"]) if counts["warmup"] is not None else default_iters(size, True),
+            iters=int(counts["iters"]) if counts["iters"] is not None else default_iters(size, False),
             timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
-            timeout_s=float(ints["timeout_s"]), hosts=hosts))
-    return cases
+            timeout_s=float(counts["timeout_s"]), hosts=hosts))
+    _reject_values_that_never_run(b, fam, cases)
+    return [] if len(err.items) > n_err else cases

@@ -7,10 +7,10 @@ other Case runs with multicast switched off in its process.
 """
 from __future__ import annotations
 
+from ...errors import SkipCase
+from ..base import Case, Family, Param, RankContext, Traffic, multiple_of
 from . import gate
 from .data import ELEMENT_BYTES
-from ...errors import SkipCase
-from ..base import Case, Family, Param, RankContext, Traffic
 
 NCCL_BACKENDS = ("nccl", "nccl_symm")
 TORCH_BACKENDS = ("torch_one_shot", "torch_two_shot", "torch_multimem")
@@ -27,36 +27,30 @@ class AllReduceFamily(Family):
     default_dtype = "float32"
     params = {
         "allow_multicast": Param(False, (bool,), "opt in to NVLS/multimem Cases; site kill switches still win"),
-        "num_ctas": Param(32, (int,), "CTAs of the cb_* kernels (1..64)"),
-        "threads_per_cta": Param(512, (int,), "threads per CTA of the cb_* kernels (multiple of 32, <= 1024)"),
+        "num_ctas": Param(32, (int,), "CTAs of the cb_* kernels (1..64)", range=(1, 64)),
+        "threads_per_cta": Param(512, (int,), "threads per CTA of the cb_* kernels (multiple of 32, <= 1024)",
+                                 range=(32, 1024), check=multiple_of(32)),
         "peer_memory": Param("ipc", (str,), "how cb_* kernels map peer buffers: CUDA IPC or torch symmetric memory",
                              choices=("ipc", "torch_symm")),
     }
 
     # --- planning ---
-    def unsupported(self, case: Case) -> str | None:
+    def impossible(self, case: Case) -> tuple[str, str] | None:
         elem = ELEMENT_BYTES.get(case.dtype)
         if elem is None:
-            return f"dtype {case.dtype} not supported (use {', '.join(self.dtypes)})"
+            return ("dtypes", f"dtype {case.dtype} not supported (use {', '.join(self.dtypes)})")
         if case.size_bytes < elem or case.size_bytes % elem:
-            return f"size {case.size_bytes} B is not a whole number of {case.dtype} elements"
+            return ("sizes", f"size {case.size_bytes} B is not a whole number of {case.dtype} elements")
         if case.backend not in NCCL_BACKENDS and case.ranks > MAX_PEER_RANKS:
-            return f"{case.backend} uses peer pointers: at most {MAX_PEER_RANKS} ranks"
+            return ("ranks", f"{case.backend} uses peer pointers: at most {MAX_PEER_RANKS} ranks")
         if case.backend not in NCCL_BACKENDS and case.ranks_per_node and case.ranks_per_node < case.ranks:
-            return f"{case.backend} uses peer pointers: all ranks must share one node"
-        # The kill switch and the suite's opt-in are visible here already: such Cases never launch.
-        return gate.planning_block_reason(case)
+            return ("ranks_per_node", f"{case.backend} uses peer pointers: all ranks must share one node")
+        return None
 
-    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
-        problems = []
-        params = bench.get("params") or {}
-        for value in _as_list(params.get("num_ctas", [])):
-            if not isinstance(value, int) or not 1 <= value <= 64:
-                problems.append(("params.num_ctas", f"must be an integer 1..64, got {value!r}"))
-        for value in _as_list(params.get("threads_per_cta", [])):
-            if not isinstance(value, int) or value % 32 or not 32 <= value <= 1024:
-                problems.append(("params.threads_per_cta", f"must be a multiple of 32 in 32..1024, got {value!r}"))
-        return problems
+    def machine_reason(self, case: Case) -> str | None:
+        # The site's kill switches and the suite's opt-in are visible before launch: such Cases
+        # never start a process (DESIGN section 7).
+        return gate.planning_block_reason(case)
 
     # --- measuring ---
     def setup(self, case: Case, ctx: RankContext):
@@ -98,10 +92,6 @@ class AllReduceFamily(Family):
 
     def teardown(self, state) -> None:
         state.close()
-
-
-def _as_list(value):
-    return value if isinstance(value, list) else [value]
 
 
 FAMILY = AllReduceFamily()

@@ -49,11 +49,11 @@ class Collectives(Family):
                             choices=("native", "python")),
     }
 
-    def unsupported(self, case: Case) -> str | None:
+    def impossible(self, case: Case) -> tuple[str, str] | None:
         if case.param("in_place") and case.op in NO_IN_PLACE:
-            return NO_IN_PLACE[case.op]
+            return ("params.in_place", NO_IN_PLACE[case.op])
         if case.backend == "mpi" and case.dtype in ("bfloat16", "float16"):
-            return f"MPI has no {case.dtype} datatype"
+            return ("dtypes", f"MPI has no {case.dtype} datatype")
         return None
 
     def setup(self, case: Case, ctx: RankContext) -> CollectiveState:

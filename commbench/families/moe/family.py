@@ -5,12 +5,12 @@ symmetric memory and DeepEP.
 ``size_bytes`` is the per-rank BF16 input (tokens * hidden * 2), whatever the
 dispatch dtype; routing, shape and SM count are parameters (all columns).
 algbw uses DeepEP's byte accounting; busbw uses the bytes that really cross
-links (see commbench/moe/bytes.py and docs/families/moe.md).
+links (see commbench/families/moe/bytes.py and docs/families/moe.md).
 """
 from __future__ import annotations
 
 from ...errors import SkipCase
-from ..base import Case, Family, Param, RankContext, Traffic
+from ..base import Case, Family, Param, RankContext, Traffic, multiple_of
 
 IPC_BACKENDS = ("ipc", "ipc_ll")
 OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
@@ -27,43 +27,43 @@ class MoeFamily(Family):
     dtypes = ("bfloat16", "float8_e4m3")
     default_dtype = "bfloat16"
     params = {
-        "hidden": Param(7168, (int,), "channels per token"),
-        "topk": Param(8, (int,), "experts chosen per token"),
-        "experts": Param(256, (int,), "experts in total (a multiple of the ranks)"),
+        "hidden": Param(7168, (int,), "channels per token", range=(8, None), check=multiple_of(8)),
+        "topk": Param(8, (int,), "experts chosen per token (one lane of a warp per choice)", range=(1, 32)),
+        "experts": Param(256, (int,), "experts in total (a multiple of the ranks)", range=(1, None)),
         "routing": Param("random", (str,), "random (DeepEP), group (DeepSeek-V3 group-limited), "
                          "zipf (skewed hot experts)", ("random", "group", "zipf")),
         "seed": Param(0, (int,), "routing seed (the same on every rank)"),
-        "n_group": Param(8, (int,), "group routing: expert groups"),
-        "topk_group": Param(4, (int,), "group routing: groups a token may use"),
+        "n_group": Param(8, (int,), "group routing: expert groups", range=(1, None)),
+        "topk_group": Param(4, (int,), "group routing: groups a token may use", range=(1, None)),
         "zipf_s": Param(1.2, (float, int), "zipf routing: popularity exponent"),
-        "num_sms": Param(24, (int,), "CTAs our kernels launch (one per SM)"),
-        "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)"),
+        "num_sms": Param(24, (int,), "CTAs our kernels launch (one per SM)", range=(1, None)),
+        "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)", range=(0, None)),
     }
 
     def _params(self, case: Case) -> dict:
         return {k: case.param(k, p.default) for k, p in self.params.items()}
 
-    def unsupported(self, case: Case) -> str | None:
+    def impossible(self, case: Case) -> tuple[str, str] | None:
         from .problem import shape_problem, tokens_for
 
         prm = self._params(case)
         reason = shape_problem(case.size_bytes, prm["hidden"], case.dtype)
         if reason:
-            return reason
+            return ("sizes", reason)
         if case.op == "combine" and case.dtype != "bfloat16":
-            return "combine is BF16 only (FP8 applies to dispatch)"
-        if not 1 <= prm["topk"] <= 32:
-            return f"topk must be 1..32 (one lane of a warp per choice), got {prm['topk']}"
+            return ("dtypes", "combine is BF16 only (FP8 applies to dispatch)")
         if prm["topk"] > prm["experts"]:
-            return f"topk ({prm['topk']}) exceeds the experts ({prm['experts']})"
-        if prm["num_sms"] < 1:
-            return f"num_sms must be at least 1, got {prm['num_sms']}"
+            return ("params.topk", f"topk ({prm['topk']}) exceeds the experts ({prm['experts']})")
         if prm["experts"] % case.ranks:
-            return f"experts ({prm['experts']}) must be a multiple of the ranks ({case.ranks})"
+            return ("params.experts", f"experts ({prm['experts']}) must be a multiple of the ranks ({case.ranks})")
+        if prm["routing"] == "group":
+            reason = _group_routing_problem(prm)
+            if reason:
+                return ("params.n_group", reason)
         if case.backend in LL_BACKENDS:
             budget = max(prm["max_tokens"], tokens_for(case.size_bytes, prm["hidden"]))
             if budget > LL_SMEM_TOKENS:
-                return f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank"
+                return ("sizes", f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank")
         return None
 
     def setup(self, case: Case, ctx: RankContext):
@@ -172,3 +172,14 @@ def _nccl_group(ctx: RankContext):
 
 
 FAMILY = MoeFamily()
+
+
+def _group_routing_problem(prm: dict) -> str | None:
+    """What group-limited routing cannot do with these parameters (routing.group_limited)."""
+    if prm["experts"] % prm["n_group"]:
+        return f"group routing: experts ({prm['experts']}) must be a multiple of n_group ({prm['n_group']})"
+    if prm["topk_group"] > prm["n_group"]:
+        return f"group routing: topk_group ({prm['topk_group']}) exceeds n_group ({prm['n_group']})"
+    if prm["topk"] > prm["topk_group"] * (prm["experts"] // prm["n_group"]):
+        return "group routing: topk exceeds the experts in topk_group groups"
+    return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 from ... import metrics
-from ...errors import SkipCase
 from ..base import Case, Family, Param, RankContext, Traffic
 
 P2P_OPS = ("put", "get", "p", "put_signal", "atomic_fetch_add", "put_latency", "get_latency", "pingpong")
@@ -39,48 +38,47 @@ class Nvshmem(Family):
     default_dtype = "float32"
     needs_gpu = True
     params = {
-        "num_ctas": Param(4, (int,), "CTAs issuing bandwidth / message-rate ops (perftest -c)"),
-        "threads": Param(1024, (int,), "threads per CTA (perftest -t)"),
+        "num_ctas": Param(4, (int,), "CTAs issuing bandwidth / message-rate ops (perftest -c)", range=(1, None)),
+        "threads": Param(1024, (int,), "threads per CTA (perftest -t)", range=(1, 1024)),
         "scope": Param("block", (str,), "who issues each put/get: one thread, a warp or a whole CTA",
                        choices=("thread", "warp", "block")),
         "nbi": Param(True, (bool,), "non-blocking put/get (_nbi) then one quiet, or blocking calls"),
         "direction": Param("uni", (str,), "uni: even PEs send to odd PEs; bi: both send",
                            choices=("uni", "bi")),
-        "reps": Param(1, (int,), "transfers per kernel launch (perftest's in-kernel loop); bytes count all"),
+        "reps": Param(1, (int,), "transfers per kernel launch (perftest's in-kernel loop); bytes count all",
+                      range=(1, None)),
         "allow_limited_mpg": Param(False, (bool,), "try collectives when PEs share a GPU without MPS"),
     }
 
     def _prm(self, case: Case) -> dict:
         return {k: case.param(k, p.default) for k, p in self.params.items()}
 
-    def unsupported(self, case: Case) -> str | None:
+    def impossible(self, case: Case) -> tuple[str, str] | None:
         prm, size, op = self._prm(case), case.size_bytes, case.op
         elem = ELEM_BYTES.get(case.dtype, 4)
         if size <= 0 or size % elem:
-            return f"size_bytes must be a positive multiple of the {case.dtype} size ({elem} B)"
-        if not 1 <= prm["threads"] <= 1024 or prm["num_ctas"] < 1 or prm["reps"] < 1:
-            return "threads must be 1..1024, num_ctas and reps >= 1"
+            return ("sizes", f"size_bytes must be a positive multiple of the {case.dtype} size ({elem} B)")
         if prm["scope"] == "warp" and prm["threads"] % 32:
-            return "warp scope needs threads to be a multiple of 32"
+            return ("params.threads", "warp scope needs threads to be a multiple of 32")
         if (case.dtype == "uint64") != (op == "atomic_fetch_add"):
-            return "atomic_fetch_add runs on uint64 words, and uint64 is only for atomics"
+            return ("dtypes", "atomic_fetch_add runs on uint64 words, and uint64 is only for atomics")
         if op in COLL_OPS:
             if op in ("all_gather", "reduce_scatter", "alltoall") and size % (elem * case.ranks):
-                return f"{op}: size_bytes must split evenly over {case.ranks} ranks"
+                return ("sizes", f"{op}: size_bytes must split evenly over {case.ranks} ranks")
             return None
         if case.ranks > 1 and case.ranks % 2:
-            return f"point-to-point ops pair PEs (p with p^1): {case.ranks} ranks is odd"
+            return ("ranks", f"point-to-point ops pair PEs (p with p^1): {case.ranks} ranks is odd")
         if op == "p" and size % 4:
-            return "p moves 4-byte words: size_bytes must be a multiple of 4"
+            return ("sizes", "p moves 4-byte words: size_bytes must be a multiple of 4")
         if case.backend == "nvshmem_host":
             if op == "atomic_fetch_add":
-                return "NVSHMEM has no host-initiated on-stream atomics"
+                return ("backends", "NVSHMEM has no host-initiated on-stream atomics")
             if op in LATENCY_OPS:
-                return f"{op} is an in-kernel loop (device-initiated only); time host put/get instead"
+                return ("backends", f"{op} is an in-kernel loop (device-initiated only); time host put/get instead")
             if op == "p" and size > 4096:
-                return "host-initiated p issues one call per word: limited to 4 KiB"
+                return ("sizes", "host-initiated p issues one call per word: limited to 4 KiB")
         if case.timing == "graph" and op in ("put_signal", "atomic_fetch_add") + LATENCY_OPS:
-            return f"{op} checks per-launch counters: CUDA-graph replay is not supported"
+            return ("timing", f"{op} checks per-launch counters: CUDA-graph replay is not supported")
         return None
 
     def setup(self, case: Case, ctx: RankContext):
