@@ -7,42 +7,35 @@ from __future__ import annotations
 
 import statistics
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int8": 1,
-               "float64": 8, "int64": 8, "uint8": 1, "fp8_e4m3": 1}
+from .dtypes import BYTES as DTYPE_BYTES
+from .families.collectives.ops import OPS
 
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall",
-                  "broadcast", "reduce", "sendrecv")
+__all__ = ["DTYPE_BYTES", "COLLECTIVE_OPS", "element_count", "bus_factor", "algbw_bytes", "gbps",
+           "busbw_gbps", "percentile", "summarize"]
+
+COLLECTIVE_OPS = tuple(OPS)
 
 
 def element_count(op: str, size_bytes: int, elem_bytes: int, world_size: int) -> int:
     """nccl-tests' ``count``: elements per rank in the op's own terms.
 
-    all_gather / reduce_scatter / alltoall: the per-rank chunk (size / elem / n);
+    A chunked op (all_gather / reduce_scatter / alltoall): the per-rank chunk (size / elem / n);
     every other op: the whole buffer.
     """
     total = size_bytes // elem_bytes
-    if op in ("all_gather", "reduce_scatter", "alltoall"):
-        return total // world_size
-    return total
+    return total // world_size if OPS[op].chunked else total
 
 
 def bus_factor(op: str, world_size: int) -> float:
     """busbw / algbw for a collective on ``world_size`` ranks (nccl-tests GetBw)."""
-    n = world_size
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "alltoall"):
-        return (n - 1) / n
-    if op in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    raise ValueError(f"no bus factor for op {op!r}")
+    if op not in OPS:
+        raise ValueError(f"no bus factor for op {op!r}")
+    return OPS[op].bus_factor(world_size)
 
 
 def algbw_bytes(op: str, count: int, elem_bytes: int, world_size: int) -> int:
-    """Bytes that algbw divides by time: count*ts, times n for gather/scatter/alltoall."""
-    if op in ("all_gather", "reduce_scatter", "alltoall"):
-        return count * elem_bytes * world_size
-    return count * elem_bytes
+    """Bytes that algbw divides by time: count*ts, times n for a chunked op."""
+    return count * elem_bytes * (world_size if OPS[op].chunked else 1)
 
 
 def gbps(num_bytes: float, time_us: float) -> float:

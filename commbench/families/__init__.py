@@ -1,7 +1,7 @@
-"""Family registry: every package ``commbench/families/<name>/`` that defines FAMILY is a family.
-
-A family is one package: ``__init__.py`` exports FAMILY (the Family subclass instance from
-``family.py``); its ops, backends and helpers sit beside it. ``base.py`` is the interface.
+"""Family registry: every package ``commbench/families/<name>/`` whose ``family.py`` defines
+FAMILY (an instance of a Family subclass) is a family; its ops, backends and helpers sit beside
+``family.py``. ``base.py`` is the interface. A package's ``__init__`` imports nothing, so one
+helper module (an op table, a routing generator) can be imported without its family.
 """
 from __future__ import annotations
 
@@ -20,7 +20,12 @@ def all_families() -> dict[str, Family]:
         for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             if not mod.ispkg or mod.name.startswith("_"):
                 continue
-            module = importlib.import_module(f"{__name__}.{mod.name}")
+            try:
+                module = importlib.import_module(f"{__name__}.{mod.name}.family")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{mod.name}.family":
+                    raise
+                continue   # a package of shared helpers, not a family
             fam = getattr(module, "FAMILY", None)
             if isinstance(fam, Family):
                 found[fam.name] = fam

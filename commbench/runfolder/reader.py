@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .schema import NUMERIC, SAMPLE_COLUMNS
+from .schema import NUMERIC, SAMPLE_COLUMNS, TEXT
 from .writer import RunFolderError, read_meta
 
 __all__ = ["Run", "RunFolderError", "is_run_folder", "iteration_times", "load", "load_run",
            "load_samples", "read_meta"]
-
-TEXT = ("status", "reason", "op", "backend", "variant", "dtype", "family")
 
 
 @dataclass

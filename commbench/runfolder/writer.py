@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import CommbenchError
-from .schema import COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
+from .schema import COLUMNS, FINAL_STATUSES, SAMPLE_COLUMNS, SCHEMA_VERSION
 
 class RunFolderExists(FileExistsError):
     pass
@@ -155,7 +155,7 @@ class RunFolder:
 
     def done_case_ids(self) -> set[str]:
         """Cases with a final row (any status but a timeout/failure of the whole launch are final)."""
-        return {r["case_id"] for r in self.latest_rows() if r.get("status") in ("ok", "wrong", "skipped")}
+        return {r["case_id"] for r in self.latest_rows() if r.get("status") in FINAL_STATUSES}
 
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:

@@ -21,7 +21,7 @@ def make_case(backend="cb_one_shot", size=1024, dtype="float32", ranks=2, rpn=2)
 
 
 def test_import_pulls_no_gpu_package():
-    code = ("import sys, commbench.families.allreduce as m; "
+    code = ("import sys, commbench.families.allreduce.family as m; "
             "bad = [k for k in ('cupy', 'torch', 'nvshmem', 'cuda') if k in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

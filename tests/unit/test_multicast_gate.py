@@ -4,7 +4,7 @@ import pytest
 from commbench.launch import safety
 from commbench.families.allreduce import gate
 from commbench.errors import SkipCase
-from commbench.families.allreduce import FAMILY
+from commbench.families.allreduce.family import FAMILY
 from commbench.families.base import Case, RankContext
 
 SWITCHES = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from commbench.families.collectives import nccl_native
-from commbench.families.collectives import FAMILY
+from commbench.families.collectives.family import FAMILY
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("pathlib").Path(
     "/usr/local/cuda/bin/nvcc").exists(), reason="nvcc not installed: CUDA sources cannot be compiled here")

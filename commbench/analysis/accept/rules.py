@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from commbench.errors import CommbenchError
+from commbench.runfolder.schema import COLUMNS, FAMILY_COLUMNS
 from commbench.suite.yaml_lines import LineDict, load_yaml
 from commbench.units import parse_size
 
@@ -31,14 +32,9 @@ AGGREGATES = ("min", "median", "max", "mean")
 RULE_KEYS = {"name", "select", "metric", "aggregate", "op", "value", "pct", "min_rows", "two_sided"}
 NESTED_KEYS = {"checks", "localize", "require_all_ok"}
 SIZE_COLUMNS = {"size_bytes"}
-# Columns every run has (docs/results.md); families add more, checked against the data later.
-KNOWN_COLUMNS = {
-    "suite", "bench", "case_id", "family", "op", "backend", "variant", "dtype", "size_bytes",
-    "count", "world_size", "num_nodes", "ranks_per_node", "in_place", "warmup", "iters",
-    "timing", "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps",
-    "busbw_gbps", "wrong", "status", "reason", "log",
-    # family columns named in docs/results.md: a rule on them simply matches no rows elsewhere
-    "nccl_algo", "nccl_proto", "tokens_per_s", "transport"}
+# Columns every run has and the family columns docs/results.md names; other columns are
+# checked against the data.
+KNOWN_COLUMNS = set(COLUMNS) | set(FAMILY_COLUMNS)
 LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold"}
 
 

@@ -11,11 +11,12 @@ import pandas as pd
 from .localize import blame_pairs, host_outliers, slow_from_samples
 from .rules import Rule, RuleSet, check_columns
 from commbench.runfolder.reader import Run
+from commbench.runfolder.schema import TIME_COLUMNS
 from commbench.units import format_size
 
 # Direction of "worse" for within_pct_of; other metrics are judged two-sided.
 HIGHER_IS_BETTER = ("_gbps", "tokens_per_s", "msgs_per_s")
-LOWER_IS_BETTER = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
+LOWER_IS_BETTER = tuple(TIME_COLUMNS)
 
 
 @dataclass

@@ -6,14 +6,13 @@ bf16 (8-bit mantissa) and fp32 whatever the summation order.
 """
 from __future__ import annotations
 
-ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
+from ...dtypes import BYTES as ELEMENT_BYTES
+from ...dtypes import torch_dtype
+
+__all__ = ["ELEMENT_BYTES", "PERIOD", "torch_dtype", "fill_input", "expected", "count_wrong", "view_bytes",
+           "view"]
+
 PERIOD = 7
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
 
 
 def fill_input(tensor, rank: int) -> None:

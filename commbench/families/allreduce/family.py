@@ -36,9 +36,9 @@ class AllReduceFamily(Family):
 
     # --- planning ---
     def impossible(self, case: Case) -> tuple[str, str] | None:
-        elem = ELEMENT_BYTES.get(case.dtype)
-        if elem is None:
+        if case.dtype not in self.dtypes:
             return ("dtypes", f"dtype {case.dtype} not supported (use {', '.join(self.dtypes)})")
+        elem = ELEMENT_BYTES[case.dtype]
         if case.size_bytes < elem or case.size_bytes % elem:
             return ("sizes", f"size {case.size_bytes} B is not a whole number of {case.dtype} elements")
         if case.backend not in NCCL_BACKENDS and case.ranks > MAX_PEER_RANKS:

@@ -8,16 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...dtypes import torch_dtype
 from . import pattern
+from .ops import OPS
 
 CHUNK = 1 << 26  # elements per fill/check step
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-            "int32": torch.int32, "float64": torch.float64}[name]
 
 
 @dataclass
@@ -40,37 +35,35 @@ def _fill(buf, rank: int, offset: int = 0) -> None:
 
 
 def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in_place: bool) -> Buffers:
-    """Allocate and fill send/recv for ``op`` with nccl-tests' in-place aliasing."""
+    """Allocate and fill send/recv for ``op`` with nccl-tests' in-place aliasing (ops.OPS)."""
     import torch
 
-    td = torch_dtype(dtype)
-    new = lambda k: torch.empty(k, dtype=td, device=device)  # noqa: E731
-    if op == "all_gather":
-        recv = new(count * n)
+    spec, td = OPS[op], torch_dtype(dtype)
+    mine = slice(rank * count, (rank + 1) * count)
+    form = spec.in_place if in_place else None
+
+    def new(chunks: bool):
+        return torch.empty(count * (n if chunks else 1), dtype=td, device=device)
+
+    if form == "recv_slice":        # the send buffer is this rank's chunk of the output
+        recv = new(spec.recv_chunks)
+        send = recv[mine]
+    elif form == "send_slice":      # the output is this rank's chunk of the input
+        send = new(spec.send_chunks)
+        recv = send[mine]
+    elif form == "same":
+        send = recv = new(spec.send_chunks)
+    else:
+        send, recv = new(spec.send_chunks), new(spec.recv_chunks)
+    if recv is not send and form != "send_slice":
         recv.fill_(0)
-        send = recv[rank * count:(rank + 1) * count] if in_place else new(count)
-        _fill(send, rank)
-        return Buffers(send, recv, recv, count)
-    if op in ("reduce_scatter", "alltoall"):
-        send = new(count * n)
-        _fill(send, rank)
-        if op == "reduce_scatter" and in_place:
-            recv = send[rank * count:(rank + 1) * count]
-        else:
-            recv = new(count * (n if op == "alltoall" else 1))
-            recv.fill_(0)
-        return Buffers(send, recv, recv, count)
-    send = new(count)
     _fill(send, rank)
-    recv = send if in_place else new(count)
-    if not in_place:
-        recv.fill_(0)
     return Buffers(send, recv, recv, count)
 
 
 def refill(op: str, bufs: Buffers, rank: int, in_place: bool) -> None:
     """Restore inputs before the check (timed in-place iterations overwrote them)."""
-    if not in_place or op == "all_gather":
+    if not in_place or OPS[op].in_place == "recv_slice":
         bufs.recv.fill_(0)
     _fill(bufs.send, rank)
 
@@ -80,21 +73,7 @@ def expected_chunk(op: str, reduce_op: str, n: int, rank: int, count: int, start
     import torch
 
     j = torch.arange(start, stop, device=device, dtype=torch.int64)
-    if op == "all_reduce":
-        return pattern.reduce_expected(reduce_op, n, j)
-    if op == "all_gather":
-        return pattern.values(j // count, j % count)
-    if op == "reduce_scatter":
-        return pattern.reduce_expected(reduce_op, n, rank * count + j)
-    if op == "alltoall":
-        return pattern.values(j // count, rank * count + j % count)
-    if op == "broadcast":
-        return pattern.values(0, j)
-    if op == "reduce":
-        return pattern.reduce_expected(reduce_op, n, j) if rank == 0 else None
-    if op == "sendrecv":
-        return pattern.values((rank - 1) % n, j)
-    raise ValueError(op)
+    return OPS[op].expected(reduce_op, n, rank, count, j)
 
 
 def count_wrong(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype: str) -> int:

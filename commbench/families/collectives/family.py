@@ -3,15 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ... import metrics
+from ... import dtypes, metrics
 from ...errors import SkipCase
 from ..base import Case, Family, Param, RankContext, Traffic
-
-GLOO_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")
-NO_IN_PLACE = {"alltoall": "alltoall has no in-place form (send and receive buffers must differ)",
-               "sendrecv": "sendrecv has no in-place form (send and receive buffers must differ)"}
-REDUCING = ("all_reduce", "reduce_scatter", "reduce")
-COPY_ADDED = {"all_reduce", "broadcast", "reduce"}  # out-of-place on torch: local copy + in-place op
+from .ops import OPS, no_in_place_reason
 
 
 @dataclass
@@ -35,7 +30,7 @@ class CollectiveState:
 class Collectives(Family):
     name = "collectives"
     summary = "NCCL/gloo/MPI collectives with nccl-tests' algbw and busbw"
-    ops = metrics.COLLECTIVE_OPS
+    ops = tuple(OPS)
     backends = ("nccl", "torch_nccl", "gloo", "mpi")
     dtypes = ("float32", "bfloat16", "float16", "int32")
     default_dtype = "float32"
@@ -50,8 +45,8 @@ class Collectives(Family):
     }
 
     def impossible(self, case: Case) -> tuple[str, str] | None:
-        if case.param("in_place") and case.op in NO_IN_PLACE:
-            return ("params.in_place", NO_IN_PLACE[case.op])
+        if case.param("in_place") and no_in_place_reason(case.op):
+            return ("params.in_place", no_in_place_reason(case.op))
         if case.backend == "mpi" and case.dtype in ("bfloat16", "float16"):
             return ("dtypes", f"MPI has no {case.dtype} datatype")
         return None
@@ -61,12 +56,11 @@ class Collectives(Family):
 
         world = ctx.world
         n, rank = world.size, world.rank
-        elem = metrics.DTYPE_BYTES[case.dtype]
+        elem = dtypes.size_bytes(case.dtype)
         count = metrics.element_count(case.op, case.size_bytes, elem, n)
         if count == 0:
             raise SkipCase(f"{case.size_bytes} B is less than one {case.dtype} element per rank on {n} ranks")
-        size_bytes = metrics.algbw_bytes(case.op, count, elem, n) if case.op in (
-            "all_gather", "reduce_scatter", "alltoall") else count * elem
+        size_bytes = metrics.algbw_bytes(case.op, count, elem, n)   # the bytes really moved
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
         stream, native = None, None
@@ -95,7 +89,7 @@ class Collectives(Family):
             comm = nccl_direct.communicator(ctx)
             runner = nccl_direct.make_runner(case.op, bufs, comm, n, rank, case.dtype, rop)
             if case.param("timed_loop", "native") == "native":
-                from ..collectives.nccl_native import native_op
+                from .nccl_native import native_op
 
                 native = native_op(case.op, bufs, comm, n, rank, case.dtype, rop)
         elif case.backend == "mpi":
@@ -109,12 +103,12 @@ class Collectives(Family):
 
             torch_ops.process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
-        extra = {"reduce_op": rop if case.op in REDUCING else ""}
+        extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
         if case.backend == "nccl" and case.op == "alltoall":
             from .. import nccl_lib
 
             extra["nccl_call"] = "ncclAlltoAll" if nccl_lib.has_alltoall() else "grouped ncclSend/ncclRecv"
-        if case.backend in ("torch_nccl", "gloo") and not in_place and case.op in COPY_ADDED:
+        if case.backend in ("torch_nccl", "gloo") and not in_place and OPS[case.op].torch_local_copy:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
                                count, size_bytes, stream, extra, native)
@@ -138,7 +132,7 @@ class Collectives(Family):
         return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)
 
     def traffic(self, case: Case, world_size: int) -> Traffic:
-        elem = metrics.DTYPE_BYTES[case.dtype]
+        elem = dtypes.size_bytes(case.dtype)
         count = metrics.element_count(case.op, case.size_bytes, elem, world_size)
         return Traffic(metrics.algbw_bytes(case.op, count, elem, world_size),
                        metrics.bus_factor(case.op, world_size))

@@ -7,7 +7,7 @@ Works on numpy arrays and torch tensors alike (``xp`` is the array module).
 """
 from __future__ import annotations
 
-MANTISSA_EXACT = {"float32": 2**24, "float16": 2**11, "bfloat16": 2**8, "int32": 2**31, "float64": 2**53}
+from ...dtypes import DTYPES
 
 
 def values(rank, index):
@@ -30,6 +30,7 @@ def reduce_expected(op_name: str, n: int, index):
 
 def tolerance(dtype: str, max_abs_expected: float) -> float:
     """0 when every expected value is exact in dtype, else a relative tolerance."""
-    if max_abs_expected < MANTISSA_EXACT.get(dtype, 2**24):
+    exact_below = DTYPES[dtype].exact_below if dtype in DTYPES else 2**24
+    if max_abs_expected < exact_below:
         return 0.0
     return {"bfloat16": 1e-2, "float16": 1e-3}.get(dtype, 1e-6)

@@ -4,7 +4,3 @@ NVSHMEM support other families share: locating the library, bootstrap, build fla
 Nothing here imports GPU packages at import time; ``boot`` loads CUDA code only
 when a rank initialises NVSHMEM.
 """
-
-from .family import FAMILY
-
-__all__ = ["FAMILY"]

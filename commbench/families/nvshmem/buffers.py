@@ -1,9 +1,7 @@
 """Torch views of NVSHMEM symmetric memory and the verifiable data put into it."""
 from __future__ import annotations
 
-TORCH_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
-                "int32": "int32", "uint64": "int64"}
-ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int32": 4, "uint64": 8}
+from ...dtypes import torch_dtype
 # Largest value whose every integer below is exact in the dtype: P2P patterns stay below it.
 _P2P_MODULUS = {"float32": 65521, "int32": 65521, "bfloat16": 251, "float16": 2039, "uint64": 65521}
 
@@ -21,7 +19,7 @@ def view(ptr: int, size_bytes: int, dtype: str, device: str):
     import torch
 
     raw = torch.as_tensor(_CudaArray(ptr, size_bytes), device=device)
-    return raw.view(getattr(torch, TORCH_DTYPES[dtype]))
+    return raw.view(torch_dtype(dtype))
 
 
 def p2p_values(pe: int, count: int, dtype: str, device: str):
@@ -30,7 +28,7 @@ def p2p_values(pe: int, count: int, dtype: str, device: str):
 
     idx = torch.arange(count, device=device, dtype=torch.int64)
     vals = (idx * 40503 + pe * 97) % _P2P_MODULUS[dtype] + 1
-    return vals.to(getattr(torch, TORCH_DTYPES[dtype]))
+    return vals.to(torch_dtype(dtype))
 
 
 def count_mismatch(got, expected) -> int:

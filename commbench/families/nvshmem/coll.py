@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ... import metrics
+from ... import dtypes, metrics
 from ..collectives import pattern
 from ...errors import SkipCase
 from . import buffers
@@ -85,7 +85,7 @@ def source_values(op: str, rank: int, n_src: int, device: str, dtype: str):
     import torch
 
     idx = torch.arange(n_src, device=device, dtype=torch.int64)
-    return pattern.values(rank, idx).to(getattr(torch, buffers.TORCH_DTYPES[dtype]))
+    return pattern.values(rank, idx).to(dtypes.torch_dtype(dtype))
 
 
 def setup(case, ctx, handle, prm: dict) -> CollState:
@@ -96,7 +96,7 @@ def setup(case, ctx, handle, prm: dict) -> CollState:
                        "one GPU without MPS) does not support; run one PE per GPU or under MPS")
     lib = handle.load("nvshmem_coll", "cb_coll_attach")
     _declare(lib)
-    n, elem = handle.n_pes, buffers.ELEM_BYTES[case.dtype]
+    n, elem = handle.n_pes, dtypes.size_bytes(case.dtype)
     count = metrics.element_count(case.op, case.size_bytes, elem, n)
     n_src, n_dst, nv_count = buffer_counts(case.op, count, n)
     if case.op == "reduce_scatter" and case.backend == "nvshmem":

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 
 from ... import metrics
+from ...dtypes import BYTES as ELEM_BYTES
 from ..base import Case, Family, Param, RankContext, Traffic
 
 P2P_OPS = ("put", "get", "p", "put_signal", "atomic_fetch_add", "put_latency", "get_latency", "pingpong")
 COLL_OPS = ("all_reduce", "all_gather", "alltoall", "broadcast", "reduce_scatter")
 LATENCY_OPS = ("put_latency", "get_latency", "pingpong")
-ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int32": 4, "uint64": 8}
 
 
 def transport_label(env: dict[str, str], all_p2p: bool) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 
+from ... import dtypes
 from ...errors import SkipCase
 from . import buffers
 
@@ -96,7 +97,7 @@ def setup(case, ctx, handle, prm: dict) -> P2PState:
     ptrs["sig"] = handle.buffer("sig", 64)
     stream = torch.cuda.Stream(device=ctx.device)
     dtype = case.dtype
-    count = size // buffers.ELEM_BYTES[dtype]
+    count = size // dtypes.size_bytes(dtype)
     st = P2PState(case, handle, lib, ctx.world, ctx.device, stream, case.op, case.backend, dtype, size,
                   count, peer, initiator, target, prm, ptrs)
     with torch.cuda.stream(stream):
