@@ -1,4 +1,7 @@
-"""Click commands `report`, `compare`, `accept` (wired into the CLI group by commbench/cli.py)."""
+"""Click commands `report`, `compare`, `accept` (wired into the CLI group by commbench/cli.py).
+
+pandas, matplotlib and scipy are imported inside the commands: `commbench --help`, `validate`
+and `run`'s start do not pay for them."""
 from __future__ import annotations
 
 import sys
@@ -7,10 +10,8 @@ from pathlib import Path
 
 import click
 
-from commbench.errors import CommbenchError
-
-from .report import html, markdown
-from ..runfolder.reader import is_run_folder, load_run
+from ..errors import CommbenchError
+from ..runfolder import is_run_folder
 
 
 def _twin_paths(out: Path) -> tuple[Path, Path]:
@@ -20,6 +21,8 @@ def _twin_paths(out: Path) -> tuple[Path, Path]:
 
 
 def _write_both(doc, out: Path) -> tuple[Path, Path]:
+    from .report import html, markdown
+
     html_path, md_path = _twin_paths(out)
     if not html_path.parent.is_dir():
         raise CommbenchError(f"output folder {html_path.parent} does not exist; create it or pick "
@@ -36,6 +39,7 @@ def _write_both(doc, out: Path) -> tuple[Path, Path]:
                    "Default: RUN/report.html for one run, ./report.html for several.")
 def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     """Build a self-contained HTML report and a Markdown twin from one or more run folders."""
+    from ..runfolder.reader import load_run
     from .report.build import build_report
 
     loaded = [load_run(r) for r in runs]
@@ -59,8 +63,9 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
 def compare_cmd(base: Path, new: Path, threshold_pct: float, alpha: float,
                 fail_above_pct: float | None, out: Path | None) -> None:
     """Compare run NEW against run BASE point by point (ratios NEW/BASE, significance, verdicts)."""
-    from .compare import (CompareSettings, compare_document, compare_runs, regressions,
-                                   summarize)
+    from ..runfolder.reader import load_run
+    from .compare import CompareSettings, compare_document, compare_runs, regressions, summarize
+    from .report import markdown
 
     if threshold_pct < 0 or not 0 < alpha < 1:
         raise CommbenchError(f"--threshold must be >= 0 and --alpha in (0, 1); got {threshold_pct}, {alpha}.")
@@ -101,8 +106,10 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
 
     Exit status: 0 every check passed, 1 a check failed, 2 bad input.
     """
-    from .accept.verdict import accept_document, evaluate, junit_xml, verdict_table
+    from ..runfolder.reader import load_run
     from .accept.rules import LocalizeSettings, load_rules
+    from .accept.verdict import accept_document, evaluate, junit_xml, verdict_table
+    from .report import markdown
 
     if rules_path is None:
         own = target / "suite.yaml" if is_run_folder(target) else target
@@ -120,7 +127,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
         run_dir = target
     elif target.is_file() and target.suffix in (".yaml", ".yml"):
         try:
-            from commbench.launch.orchestrate import run_suite
+            from ..launch.orchestrate import run_suite
         except ImportError as exc:
             raise CommbenchError(f"cannot run suite {target} here ({exc}); run it with "
                                  "`commbench run` and pass the run folder to accept.") from None

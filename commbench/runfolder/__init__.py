@@ -4,8 +4,9 @@ and accept). Importing this package does not import pandas; ``reader`` does."""
 from __future__ import annotations
 
 from .schema import COLUMNS, NUMERIC, SAMPLE_COLUMNS, SCHEMA_VERSION, STATUSES, case_row, placement_columns
-from .writer import RunFolder, RunFolderError, RunFolderExists, new_run_dir, read_meta, utc_stamp
+from .writer import (RunFolder, RunFolderError, RunFolderExists, is_run_folder, new_run_dir, read_meta,
+                     utc_stamp)
 
 __all__ = ["COLUMNS", "NUMERIC", "SAMPLE_COLUMNS", "SCHEMA_VERSION", "STATUSES", "RunFolder",
-           "RunFolderError", "RunFolderExists", "case_row", "new_run_dir", "placement_columns", "read_meta",
+           "RunFolderError", "RunFolderExists", "case_row", "is_run_folder", "new_run_dir", "placement_columns", "read_meta",
            "utc_stamp"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from .schema import NUMERIC, SAMPLE_COLUMNS, TEXT
-from .writer import RunFolderError, read_meta
+from .writer import RunFolderError, is_run_folder, read_meta
 
 __all__ = ["Run", "RunFolderError", "is_run_folder", "iteration_times", "load", "load_run",
            "load_samples", "read_meta"]
@@ -28,10 +28,6 @@ class Run:
     @property
     def label(self) -> str:
         return self.path.name
-
-
-def is_run_folder(path: Path) -> bool:
-    return Path(path).is_dir() and (Path(path) / "results.csv").is_file()
 
 
 def _read_csv(path: Path) -> pd.DataFrame:

@@ -179,6 +179,11 @@ class RunFolder:
         return read_meta(self.path)
 
 
+def is_run_folder(path: Path) -> bool:
+    """A folder holding results.csv (what `commbench run` writes)."""
+    return Path(path).is_dir() and (Path(path) / "results.csv").is_file()
+
+
 def read_meta(path) -> dict:
     """run.json of a run folder ({} when it has none yet)."""
     meta_path = Path(path) / "run.json"

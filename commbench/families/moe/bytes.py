@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .reference import FP8_BLOCK
+from .shape import FP8_BLOCK
 from .routing import Routing
 
 LOW_LATENCY_BACKENDS = ("ipc_ll", "nvshmem_ll")

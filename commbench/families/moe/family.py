@@ -44,7 +44,7 @@ class MoeFamily(Family):
         return {k: case.param(k, p.default) for k, p in self.params.items()}
 
     def impossible(self, case: Case) -> tuple[str, str] | None:
-        from .problem import shape_problem, tokens_for
+        from .shape import shape_problem, tokens_for
 
         prm = self._params(case)
         reason = shape_problem(case.size_bytes, prm["hidden"], case.dtype)
@@ -110,7 +110,7 @@ class MoeFamily(Family):
 
     def traffic(self, case: Case, world_size: int) -> Traffic:
         from .bytes import moe_bytes
-        from .problem import tokens_for
+        from .shape import tokens_for
         from .routing import generate
 
         prm = self._params(case)

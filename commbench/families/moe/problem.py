@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .reference import FP8_BLOCK
 from .routing import Routing, generate
+from .shape import FP8_BLOCK, tokens_for
 
 DTYPES = ("bfloat16", "float8_e4m3")
 BF16_DIFF_MAX = 5e-6   # DeepEP's calc_diff thresholds for combine(dispatch(x))
@@ -54,23 +54,6 @@ class Problem:
     @property
     def diff_max(self) -> float:
         return FP8_DIFF_MAX if self.fp8 else BF16_DIFF_MAX
-
-
-def tokens_for(size_bytes: int, hidden: int) -> int:
-    """size_bytes is the per-rank BF16 input, tokens * hidden * 2 (whatever the dispatch dtype)."""
-    return size_bytes // (2 * hidden)
-
-
-def shape_problem(size_bytes: int, hidden: int, dtype: str) -> str | None:
-    """Reason a (size, hidden, dtype) cannot be run, or None."""
-    if hidden <= 0 or hidden % 8:
-        return f"hidden must be a positive multiple of 8, got {hidden}"
-    if size_bytes <= 0 or size_bytes % (2 * hidden):
-        return (f"size_bytes ({size_bytes}) must be tokens * hidden * 2 "
-                f"(the per-rank BF16 input) with hidden={hidden}")
-    if dtype == "float8_e4m3" and hidden % FP8_BLOCK:
-        return f"FP8 dispatch needs hidden to be a multiple of {FP8_BLOCK}, got {hidden}"
-    return None
 
 
 def make_problem(size_bytes: int, params: dict, rank: int, world_size: int, dtype: str) -> Problem:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from .routing import Routing
+from .shape import FP8_BLOCK
 
-FP8_BLOCK = 128          # channels per FP8 scale (DeepEP's per-128-channel scaling)
 FP8_E4M3_MAX = 448.0
 ID_CHANNELS = 3          # first channels carry (rank, token) so a misplaced row is caught
 
