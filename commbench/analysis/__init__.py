@@ -1,0 +1,1 @@
+"""Analysis of stored run folders: report, compare, accept, and imports from other tools."""
