@@ -9,7 +9,7 @@
 # -J files with `commbench import nccl-tests`, compares, and writes OUT_DIR/parity.md: the
 # ratio commbench / nccl-tests per op and size, with the machine and the date.
 # Sizes: PARITY_MIN (8), PARITY_MAX (1G), PARITY_FACTOR (4), as nccl-tests -b/-e/-f.
-# Also: PYTHON (python3), PARITY_TARGET (1.05). About 3-4 minutes on one H200.
+# Also: PYTHON (python3), PARITY_TARGET (1.05). Meant to finish within ~6 minutes on one H200.
 # Exit: 0 every paired point within the target, 1 some above it, 2 bad arguments, 3 a step failed.
 set -uo pipefail
 

@@ -145,6 +145,29 @@ def test_json_per_iteration_times_become_samples(tmp_path):
     assert row["time_us_max"] == pytest.approx(row["time_us"] * 1.47)
 
 
+def test_per_iteration_and_timestamp_columns_in_tables(tmp_path):
+    # Derived from the real table: -I adds i_min i_max i_p99 i_cv% after each side, -S a timestamp.
+    def edit(lines):
+        out = []
+        for line in lines:
+            tok = line.split()
+            if line.startswith("#") and tok[1:4] == ["size", "count", "type"]:
+                out.append(line.rstrip() + "  i_min  i_max  i_p99  i_cv%  timestamp\n")
+            elif tok and tok[0].isdigit() and len(tok) == 13:
+                t_out, t_in = float(tok[5]), float(tok[9])
+                extra = lambda t: [f"{t * 0.9:.2f}", f"{t * 1.2:.2f}", f"{t * 1.1:.2f}", "3.00"]  # noqa: E731
+                out.append("  ".join(tok[:9] + extra(t_out) + tok[9:] + extra(t_in)
+                                     + ["2026-12-01", "08:15:14"]) + "\n")
+            else:
+                out.append(line)
+        return out
+    src = _damaged(tmp_path, FX / "all_reduce_perf.txt", edit)
+    rows, *_ = convert([src])
+    row = next(r for r in rows if r["size_bytes"] == 512 * 2**20 and not r["in_place"])
+    assert row["time_us"] == 257.55 and row["time_us_min"] == pytest.approx(231.8, abs=0.01)
+    assert row["time_us_max"] == pytest.approx(309.06, abs=0.01) and row["status"] == "ok"
+
+
 # ---- bad input: file:line, exit 2, nothing left behind ------------------------------------
 
 def _import_fails(tmp_path, files, *expect):
