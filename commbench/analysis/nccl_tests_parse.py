@@ -153,6 +153,8 @@ _BLOCKING = re.compile(r"^#\s*Blocking Enabled")
 # NCCL's own log lines (NCCL_DEBUG=INFO/WARN) may interleave with the table: host:pid:tid [dev] NCCL ...
 _NCCL_LOG = re.compile(r"^\S+:\d+:\d+\s+\[\d+\]\s+NCCL\s")
 _INT = re.compile(r"^-?\d+$")
+# nccl-tests' own failure report ("host: Test NCCL failure file.cu:54 '...'", " .. host pid N: Test failure").
+_FAILURE = re.compile(r"Test (?:CUDA |NCCL )?failure")
 
 
 class _TextSection:
@@ -198,6 +200,10 @@ def parse_text(path: Path, text: str) -> list[TestRun]:
                     f"{where}: a result row outside the results table (no column header line "
                     f"'#  size  count  type ...' before it, or after the footer): {stripped[:80]!r}")
             cur.run.lines.append(_text_row(cur, stripped, where))
+        elif _FAILURE.search(stripped) and not cur.done:
+            raise NcclTestsFormatError(
+                f"{where}: nccl-tests failed here ({stripped[:120]!r}) after {len(cur.run.lines)} "
+                f"result row(s): the run did not finish, so there is nothing complete to import.")
         elif _NCCL_LOG.match(stripped) or cur.table_at is None or cur.done:
             continue   # NCCL log lines anywhere; other text outside the table is not ours to judge
         else:

@@ -248,6 +248,12 @@ def test_truncated_and_unfinished_json(tmp_path):
     _import_fails(tmp_path, [cut], "results[3].out_of_place.time: missing")
 
 
+def test_a_run_that_failed_midway_says_so(tmp_path):
+    fail = "vm: Test NCCL failure all_reduce.cu:54 'unhandled cuda error (run with NCCL_DEBUG=INFO for details)'\n"
+    bad = _damaged(tmp_path, FX / "all_reduce_perf.txt", lambda ls: ls[:16] + [fail, " .. vm pid 1207: Test failure common.cu:1093\n"])
+    _import_fails(tmp_path, [bad], "all_reduce_perf.txt:17:", "nccl-tests failed here", "unhandled cuda error")
+
+
 def test_one_bad_file_among_good_ones_writes_nothing(tmp_path):
     bad = _damaged(tmp_path, FX / "reduce_perf.txt", lambda ls: ls[:15])
     _import_fails(tmp_path, [FX / "all_reduce_perf.txt", bad], "reduce_perf.txt:15:")
