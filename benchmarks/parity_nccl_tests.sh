@@ -100,10 +100,10 @@ tail -n 5 "$OUT/commbench.console.txt" >> "$S"
 [ -f "$OUT/commbench/results.csv" ] || fail "commbench run wrote no results"
 
 # -- import, compare, table -------------------------------------------------------------------
-$PY -m commbench import nccl-tests "$NT"/*_perf.json "$NT"/*_perf_G5.json --out "$OUT/nccl-tests-run" >> "$S" 2>&1 \
+$PY -m commbench import nccl-tests "$NT"/*_perf.json "$NT"/*_perf_G5.json --bench nccl --out "$OUT/nccl-tests-run" >> "$S" 2>&1 \
   || fail "import of the -J files"
 # the printed tables of the same runs must import to the same points (to their 2 printed decimals)
-$PY -m commbench import nccl-tests "$NT"/*_perf.txt "$NT"/*_perf_G5.txt --out "$OUT/nccl-tests-text-run" >> "$S" 2>&1 \
+$PY -m commbench import nccl-tests "$NT"/*_perf.txt "$NT"/*_perf_G5.txt --bench nccl --out "$OUT/nccl-tests-text-run" >> "$S" 2>&1 \
   || fail "import of the text tables"
 $PY - "$OUT/nccl-tests-run" "$OUT/nccl-tests-text-run" >> "$S" 2>&1 <<'EOF_PY'
 import sys

@@ -119,9 +119,13 @@ def status_of(op: str, side: Side, count: int, run: TestRun) -> tuple[str, str]:
 
 def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dict], list[dict]]:
     """Result rows and per-iteration samples of one nccl-tests invocation."""
+    from commbench.families import get_family
     from commbench.families.base import Case
     from commbench.results import case_row
 
+    # Every collectives parameter at its default, in the family's order, as a suite that sets
+    # only in_place expands them: the case ids then match `commbench run`'s.
+    defaults = {name: p.default for name, p in get_family("collectives").params.items()}
     op = op_of(run)
     n, num_nodes, rpn = geometry(run)
     timing = "graph" if run.graph_launches > 0 else "pipelined"
@@ -137,7 +141,8 @@ def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dic
             algbw, busbw = recompute(op, side, line.count, elem, n, line.where)
             case = Case(suite=suite, bench=bench, family="collectives", op=op, backend="nccl",
                         variant=variant_of(run, op, line), env=(), dtype=dtype, size_bytes=line.size_bytes,
-                        params=(("in_place", side.in_place), ("reduce_op", reduce_op or "sum")),
+                        params=tuple({**defaults, "in_place": side.in_place,
+                                      "reduce_op": reduce_op or defaults["reduce_op"]}.items()),
                         warmup=run.warmup_iters, iters=run.iters, timing=timing, ranks=n,
                         ranks_per_node=rpn, timeout_s=0.0)
             row = case_row(case, world_size=n, num_nodes=num_nodes, ranks_per_node=rpn, log=log)
