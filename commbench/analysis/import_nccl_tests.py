@@ -21,7 +21,7 @@ from pathlib import Path
 from commbench import __version__, metrics
 from commbench.errors import CommbenchError
 
-from .nccl_tests_parse import NcclTestsFormatError, ResultLine, Side, TestRun, read, version_string
+from .nccl_tests import NcclTestsFormatError, ResultLine, Side, TestRun, read, version_string
 
 SOURCE = "nccl-tests"
 # nccl-tests binary (without _perf and a build suffix such as _mpi) -> commbench op.
@@ -103,7 +103,8 @@ def recompute(op: str, side: Side, count: int, elem: int, n: int, where: str) ->
     return algbw, busbw
 
 
-def status_of(op: str, side: Side, count: int, run: TestRun) -> tuple[str, str]:
+def status_of(op: str, side: Side, count: int) -> tuple[str, str]:
+    """(status, reason) of one side of a result line."""
     if side.wrong is None:
         if side.in_place and op in NOT_CHECKED_IN_PLACE:
             return "skipped", (f"nccl-tests does not check in-place {op} (#wrong N/A); commbench has no "
@@ -146,7 +147,7 @@ def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dic
                         warmup=run.warmup_iters, iters=run.iters, timing=timing, ranks=n,
                         ranks_per_node=rpn, timeout_s=0.0)
             row = case_row(case, world_size=n, num_nodes=num_nodes, ranks_per_node=rpn, log=log)
-            status, reason = status_of(op, side, line.count, run)
+            status, reason = status_of(op, side, line.count)
             row.update(count=line.count, time_us=side.time_us, algbw_gbps=algbw, busbw_gbps=busbw,
                        wrong=side.wrong, status=status, reason=reason, reduce_op=reduce_op,
                        source=SOURCE, source_line=_short_where(line.where, run))

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.analysis.import_nccl_tests import convert, import_files
-from commbench.analysis.nccl_tests_parse import NcclTestsFormatError, half_unit, read
+from commbench.analysis.nccl_tests import half_unit, read
 from commbench.cli import cli
 from commbench.compare import compare_runs
 from commbench.report.load import load_run
@@ -48,7 +48,8 @@ def test_text_table_and_its_json_twin_say_the_same():
     assert (txt.warmup_iters, txt.iters, txt.graph_launches, txt.world_size) == (5, 20, 0, 1)
     assert (js.warmup_iters, js.iters, js.graph_launches, js.world_size) == (5, 20, 0, 1)
     assert txt.devices[0].name == js.devices[0].name == "NVIDIA H200"
-    assert [line.size_bytes for line in txt.lines] == [line.size_bytes for line in js.lines] == [8 * 4**k for k in range(14)]
+    sizes = [8 * 4**k for k in range(14)]
+    assert [line.size_bytes for line in txt.lines] == [line.size_bytes for line in js.lines] == sizes
     for a, b in zip(txt.lines, js.lines):
         for sa, sb in zip(a.sides, b.sides):
             assert abs(sa.time_us - sb.time_us) <= 0.005 + 1e-9   # the table rounds to 2 decimals
@@ -191,7 +192,7 @@ def test_bandwidth_that_disagrees_with_the_formula_names_the_line(tmp_path):
     n = _line_of(FX / "sendrecv_perf.txt", "2097152")
     busbw = float((FX / "sendrecv_perf.txt").read_text().splitlines()[n - 1].split()[7])
     bad = _damaged(tmp_path, FX / "sendrecv_perf.txt", lambda ls: [
-        _with_token(l, 7, f"{busbw * 1.02:.2f}") if i == n - 1 else l for i, l in enumerate(ls)])
+        _with_token(ln, 7, f"{busbw * 1.02:.2f}") if i == n - 1 else ln for i, ln in enumerate(ls)])
     _import_fails(tmp_path, [bad], f"sendrecv_perf.txt:{n}:", "out-of-place busbw")
 
 
@@ -200,7 +201,7 @@ def test_recompute_catches_a_wrong_world_size(tmp_path):
     rank0 = "#  Rank  0 Group  0 Pid   1207 on         vm device  0 [0000:00:06] NVIDIA H200\n"
     rank1 = rank0.replace("Rank  0", "Rank  1").replace("device  0", "device  1")
     bad = _damaged(tmp_path, FX / "all_reduce_perf.txt",
-                   lambda ls: [x for l in ls for x in ([l, rank1] if l == rank0 else [l])])
+                   lambda ls: [x for ln in ls for x in ([ln, rank1] if ln == rank0 else [ln])])
     assert "Rank  1" in bad.read_text()
     _import_fails(tmp_path, [bad], "all_reduce_perf.txt:", "busbw", "2 rank(s)")
 
@@ -220,11 +221,12 @@ def test_row_cut_mid_line_names_it(tmp_path):
 def test_corrupted_row_and_header_lines(tmp_path):
     n = _line_of(FX / "broadcast_perf.txt", "8192")
     bad = _damaged(tmp_path, FX / "broadcast_perf.txt",
-                   lambda ls: [l.replace("8192", "8x92", 1) if i == n - 1 else l for i, l in enumerate(ls)])
+                   lambda ls: [ln.replace("8192", "8x92", 1) if i == n - 1 else ln for i, ln in enumerate(ls)])
     _import_fails(tmp_path, [bad], f"broadcast_perf.txt:{n}:", "neither a result row")
-    bad = _damaged(tmp_path, FX / "broadcast_perf.txt", lambda ls: [l for l in ls if "Rank" not in l])
+    bad = _damaged(tmp_path, FX / "broadcast_perf.txt", lambda ls: [ln for ln in ls if "Rank" not in ln])
     _import_fails(tmp_path, [bad], "broadcast_perf.txt:1:", "Rank")
-    bad = _damaged(tmp_path, FX / "broadcast_perf.txt", lambda ls: [l.replace("time   algbw", "cputime  algbw") for l in ls])
+    bad = _damaged(tmp_path, FX / "broadcast_perf.txt",
+                   lambda ls: [ln.replace("time   algbw", "cputime  algbw") for ln in ls])
     _import_fails(tmp_path, [bad], "broadcast_perf.txt:", "-C")
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
@@ -250,7 +252,8 @@ def test_truncated_and_unfinished_json(tmp_path):
 
 def test_a_run_that_failed_midway_says_so(tmp_path):
     fail = "vm: Test NCCL failure all_reduce.cu:54 'unhandled cuda error (run with NCCL_DEBUG=INFO for details)'\n"
-    bad = _damaged(tmp_path, FX / "all_reduce_perf.txt", lambda ls: ls[:16] + [fail, " .. vm pid 1207: Test failure common.cu:1093\n"])
+    bad = _damaged(tmp_path, FX / "all_reduce_perf.txt",
+                   lambda ls: ls[:16] + [fail, " .. vm pid 1207: Test failure common.cu:1093\n"])
     _import_fails(tmp_path, [bad], "all_reduce_perf.txt:17:", "nccl-tests failed here", "unhandled cuda error")
 
 
