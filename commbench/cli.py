@@ -63,7 +63,12 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
         sys.exit(130)
+    from .verdict import run_exit_status_all_ranks
+
+    code, summary = run_exit_status_all_ranks(run_dir)
     click.echo(f"run folder: {run_dir}")
+    click.echo(f"commbench: {summary}")
+    sys.exit(code)
 
 
 def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:

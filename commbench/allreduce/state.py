@@ -22,6 +22,7 @@ class ArState:
     clear: Callable[[], None] = lambda: None  # poison the output before the check
     after_check: Callable[[], None] = lambda: None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    native: Any = None  # measure.native_loop.NativeOp when the launcher can run in the native loop
 
     def close(self) -> None:
         while self.closers:
