@@ -13,11 +13,11 @@ def run_exit_status(run_dir: Path) -> tuple[int, str]:
 
     Skipped rows (a Case this machine cannot run, with the reason) never fail a run by themselves,
     but a run that measured nothing at all is not a pass."""
-    from .results import load
+    from .runfolder.reader import RunFolderError, load
 
     try:
         statuses = Counter(str(s) for s in load(run_dir)["status"])
-    except FileNotFoundError:
+    except (RunFolderError, KeyError):
         statuses = Counter()
     counts = ", ".join(f"{statuses.get(s, 0)} {s}" for s in STATUSES)
     bad = sum(statuses.get(s, 0) for s in FAILING)
