@@ -107,7 +107,7 @@ $PY -m commbench import nccl-tests "$NT"/*_perf.txt "$NT"/*_perf_G5.txt --bench 
   || fail "import of the text tables"
 $PY - "$OUT/nccl-tests-run" "$OUT/nccl-tests-text-run" >> "$S" 2>&1 <<'EOF_PY'
 import sys
-from commbench.report.load import load_run
+from commbench.runfolder.reader import load_run
 key = ["op", "size_bytes", "in_place", "timing"]
 js, txt = (load_run(p).results.set_index(key)["time_us"] for p in sys.argv[1:3])
 diff = (js - txt.reindex(js.index)).abs()

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd  # noqa: E402
 
-from commbench.compare import compare_runs  # noqa: E402
-from commbench.report.load import Run, load_run  # noqa: E402
-from commbench.report.markdown import table_md  # noqa: E402
+from commbench.analysis.compare import compare_runs  # noqa: E402
+from commbench.runfolder.reader import Run, load_run  # noqa: E402
+from commbench.analysis.report.markdown import table_md  # noqa: E402
 from commbench.units import format_size  # noqa: E402
 
 MODES = (("pipelined", "default loop / pipelined"), ("graph", "-G 5 / graph"))

@@ -12,12 +12,13 @@ import time
 import traceback
 from pathlib import Path
 
-from . import metrics, safety, timing
+from . import metrics, timing
+from .launch import safety
 from .measure import native_loop
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
-from .results import RunFolder, case_row
+from .runfolder import RunFolder, case_row
 from .world import World
 
 

@@ -122,7 +122,7 @@ def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dic
     """Result rows and per-iteration samples of one nccl-tests invocation."""
     from commbench.families import get_family
     from commbench.families.base import Case
-    from commbench.results import case_row
+    from commbench.runfolder import case_row
 
     # Every collectives parameter at its default, in the family's order, as a suite that sets
     # only in_place expands them: the case ids then match `commbench run`'s.
@@ -220,7 +220,7 @@ def _joined(values) -> str | None:
 
 
 def build_meta(described: list[dict], envs: list[dict], files: list[Path], suite: str) -> dict:
-    from commbench.sysinfo import filtered_env
+    from commbench.sysinfo.machine import filtered_env
 
     env: dict[str, str] = {}
     for e in envs:
@@ -254,7 +254,7 @@ def _log_bytes(path: Path, runs: list[TestRun]) -> bytes:
     data = path.read_bytes()
     if not runs or runs[0].fmt != "json":
         return data
-    from commbench.sysinfo import filtered_env
+    from commbench.sysinfo.machine import filtered_env
 
     doc = json.loads(data)
     doc["env"] = [f"{k}={v}" for k, v in filtered_env(runs[0].env or {}).items()]
@@ -300,7 +300,7 @@ def _check_out(out: Path) -> None:
 def write_run_folder(out: Path, rows: list[dict], samples: list[dict], meta: dict,
                      logs: list[tuple[str, bytes]]) -> Path:
     """Write the run folder under a temporary name next to ``out``, then rename it into place."""
-    from commbench.results import RunFolder
+    from commbench.runfolder import RunFolder
 
     out = Path(out)
     _check_out(out)
@@ -326,7 +326,7 @@ def write_run_folder(out: Path, rows: list[dict], samples: list[dict], meta: dic
 
 
 def default_out() -> Path:
-    from commbench.results import utc_stamp
+    from commbench.runfolder import utc_stamp
 
     return Path("results") / f"{utc_stamp()}-{SOURCE}"
 

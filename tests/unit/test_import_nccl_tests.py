@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from commbench.analysis.import_nccl_tests import convert, import_files
 from commbench.analysis.nccl_tests import half_unit, read
 from commbench.cli import cli
-from commbench.compare import compare_runs
-from commbench.report.load import load_run
+from commbench.analysis.compare import compare_runs
+from commbench.runfolder.reader import load_run
 from commbench.suite import load_suite
 
 FX = Path(__file__).resolve().parents[1] / "fixtures" / "nccl_tests"
