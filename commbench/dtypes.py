@@ -23,9 +23,11 @@ _ALL = (
     DType("bfloat16", 2, "bfloat16", 2**8),
     DType("float64", 8, "float64", 2**53),
     DType("float8_e4m3", 1, "float8_e4m3fn", 2**4),
+    DType("float8_e5m2", 1, "float8_e5m2", 2**3),
     DType("int8", 1, "int8", 2**7),
     DType("uint8", 1, "uint8", 2**8),
     DType("int32", 4, "int32", 2**31),
+    DType("uint32", 4, "uint32", 2**32),
     DType("int64", 8, "int64", 2**63),
     DType("uint64", 8, "int64", 2**63),   # torch has no uint64 arithmetic: the same bits as int64
 )

@@ -74,6 +74,9 @@ def setup(case, ctx) -> ArState:
         if err != 0:
             raise RuntimeError(f"cb_allreduce_launch failed with cudaError {err}")
 
+    native = _native_op(lib, algo, dtype_id, keep, out.data_ptr(), world.rank, world.size, lay["num_vecs"],
+                        num_ctas, threads)
+
     def refill() -> None:
         data.fill_input(inp, world.rank)
 
@@ -83,7 +86,24 @@ def setup(case, ctx) -> ArState:
     state = ArState(
         stream=stream, extra={"peer_memory": provider, "reduced_bytes": padded_bytes},
         world=world, dtype=case.dtype, count=count, enqueue=enqueue, refill=refill,
-        output=lambda: out, clear=lambda: out.fill_(-1))
+        output=lambda: out, clear=lambda: out.fill_(-1), native=native)
     state.closers.append(region.close)
     state.closers.append(torch.cuda.synchronize)
     return state
+
+
+class _Op(ctypes.Structure):  # struct cb_allreduce_op (kernels/allreduce.cu)
+    _fields_ = [("algo", ctypes.c_int), ("dtype", ctypes.c_int), ("inputs", ctypes.c_void_p),
+                ("scratch", ctypes.c_void_p), ("flags", ctypes.c_void_p), ("out", ctypes.c_void_p),
+                ("rank", ctypes.c_int), ("nranks", ctypes.c_int), ("num_vecs", ctypes.c_size_t),
+                ("max_blocks", ctypes.c_int), ("threads", ctypes.c_int)]
+
+
+def _native_op(lib, algo, dtype_id, keep, out_ptr, rank, nranks, num_vecs, num_ctas, threads):
+    """The same launch as ``enqueue``, for the native timed loop (Python entered once per batch)."""
+    from ...measure.native_loop import NativeOp
+
+    spec = _Op(algo, dtype_id, ctypes.addressof(keep[0]), ctypes.addressof(keep[1]), ctypes.addressof(keep[2]),
+               out_ptr, rank, nranks, num_vecs, num_ctas, threads)
+    return NativeOp(fn=ctypes.cast(lib.cb_allreduce_enqueue, ctypes.c_void_p).value, arg=ctypes.addressof(spec),
+                    describe=lambda code: f"cb_allreduce_launch returned cudaError {code}", keep=(spec, keep))

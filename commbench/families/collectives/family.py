@@ -1,16 +1,17 @@
 """Collectives family: the seven nccl-tests ops over nccl, gloo and mpi (docs/families/collectives.md)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ... import dtypes, metrics
 from ...errors import SkipCase
+from ...measure.state import CaseState
 from ..base import Case, Family, Param, RankContext, Traffic
 from .ops import OPS, no_in_place_reason
 
 
 @dataclass
-class CollectiveState:
+class CollectiveState(CaseState):
     op: str
     backend: str
     dtype: str
@@ -20,11 +21,6 @@ class CollectiveState:
     runner: object
     rank: int
     n: int
-    count: int
-    size_bytes: int
-    stream: object = None
-    extra: dict = field(default_factory=dict)
-    native: object = None  # measure.native_loop.NativeOp: the timed batch runs in native code
 
 
 class Collectives(Family):
@@ -105,13 +101,13 @@ class Collectives(Family):
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
         if case.backend == "nccl" and case.op == "alltoall":
-            from .. import nccl_lib
+            from ... import nccl_lib
 
             extra["nccl_call"] = "ncclAlltoAll" if nccl_lib.has_alltoall() else "grouped ncclSend/ncclRecv"
         if case.backend in ("torch_nccl", "gloo") and not in_place and OPS[case.op].torch_local_copy:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
-                               count, size_bytes, stream, extra, native)
+                               count=count, size_bytes=size_bytes, stream=stream, extra=extra, native=native)
 
     def run(self, state: CollectiveState) -> None:
         state.runner()
