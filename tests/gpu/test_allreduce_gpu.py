@@ -1,8 +1,8 @@
 """allreduce family on a GPU machine: correctness with several ranks sharing one GPU.
 
 Run with pytest; each test starts this file under mpirun as a small driver
-(setup, warm-up, CUDA-event timing, check, teardown per Case) and asserts on
-the rows it prints. Set COMMBENCH_GPU_OUT=<dir> to keep the rows (JSON lines)
+that measures each Case through the runner (commbench.measure.runner.measure_case:
+set-up, warm-up, timed batch, check, teardown) and asserts on the rows it prints. Set COMMBENCH_GPU_OUT=<dir> to keep the rows (JSON lines)
 and NCCL's debug logs. Several ranks on one GPU prove correctness, not speed;
 NCCL refuses two ranks on one GPU, so NCCL runs with one rank here.
 Multicast Cases must come out skipped: our machines set the kill switches.
@@ -131,46 +131,13 @@ def test_multicast_cases_are_skipped_with_the_kill_switch_reason():
 
 # ---------------------------------------------------------------- driver (under mpirun)
 
-def _measure(fam, case, ctx, world) -> dict:
-    import torch
+def _measure(case, ctx) -> dict:
+    """The runner's own path for one Case (measure_case: set-up, warm-up, timed batch, check)."""
+    from commbench.measure.runner import measure_case
 
-    from commbench.errors import SkipCase
-
-    row = {"backend": case.backend, "dtype": case.dtype, "size_bytes": case.size_bytes, "ranks": world.size}
-    reason = fam.unsupported(case)
-    if reason:
-        return {**row, "status": "skipped", "reason": reason}
-    try:
-        state = fam.setup(case, ctx)
-    except SkipCase as exc:
-        return {**row, "status": "skipped", "reason": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - record and go on; the test asserts on the row
-        return {**row, "status": "failed", "reason": f"setup: {type(exc).__name__}: {exc}"}
-    try:
-        for _ in range(case.warmup):
-            fam.run(state)
-        state.stream.synchronize()
-        world.barrier()
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(case.iters + 1)]
-        events[0].record(state.stream)
-        for i in range(case.iters):
-            fam.run(state)
-            events[i + 1].record(state.stream)
-        state.stream.synchronize()
-        times = [events[i].elapsed_time(events[i + 1]) * 1000.0 for i in range(case.iters)]
-        slowest = [max(v) for v in zip(*world.comm.allgather(times))]
-        wrong = world.comm.allreduce(int(fam.check(state)))
-        extra = dict(state.extra)
-    except Exception as exc:  # noqa: BLE001 - record and go on; the test asserts on the row
-        return {**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
-    finally:
-        fam.teardown(state)
-    slowest.sort()
-    median = slowest[len(slowest) // 2]
-    busbw = fam.traffic(case, world.size)
-    return {**row, "status": "ok" if wrong == 0 else "wrong", "wrong": wrong, "time_us": median,
-            "time_us_min": slowest[0], "busbw_gbps": case.size_bytes / median / 1e3 * busbw.bus_factor,
-            **extra}
+    row, _ = measure_case(case, ctx, "gpu-test")
+    row["ranks"] = ctx.world.size
+    return {k: v for k, v in row.items() if v is not None}   # a Case never launched has no times
 
 
 def main(argv=None) -> int:
@@ -183,7 +150,6 @@ def main(argv=None) -> int:
     ap.add_argument("--env-json", default="{}")
     ap.add_argument("--iters", type=int, default=5)
     args = ap.parse_args(argv)
-    from commbench.families import get_family
     from commbench.families.base import Case, RankContext
     from commbench.units import parse_size
     from commbench.world import build_world
@@ -193,7 +159,6 @@ def main(argv=None) -> int:
 
     torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
     ctx = RankContext(world=world, device=f"cuda:{torch.cuda.current_device()}")
-    fam = get_family("allreduce")
     params = tuple(sorted(json.loads(args.params).items()))
     env = tuple(sorted(json.loads(args.env_json).items()))
     rows = []
@@ -205,7 +170,7 @@ def main(argv=None) -> int:
                                 backend=backend, variant="default", env=env, dtype=dtype,
                                 size_bytes=parse_size(size), params=params, warmup=2, iters=args.iters,
                                 timing="events", ranks=world.size, ranks_per_node=world.size, timeout_s=60)
-                    rows.append(_measure(fam, case, ctx, world))
+                    rows.append(_measure(case, ctx))
                     if world.is_root:
                         print(json.dumps(rows[-1]), flush=True)
     finally:

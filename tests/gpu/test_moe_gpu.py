@@ -1,4 +1,4 @@
-"""GPU checks of the moe family, straight through setup/run/check (no runner).
+"""GPU checks of the moe family, each Case through the runner's measure_case.
 
 pytest (1 rank):   pytest tests/gpu/test_moe_gpu.py
 several ranks:     mpirun -np 4 python3 tests/gpu/test_moe_gpu.py OUT.jsonl
@@ -7,14 +7,11 @@ Ranks may share one GPU (CUDA IPC works there); NCCL baselines then skip.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 import pytest
 import torch
 
-from commbench.errors import SkipCase
-from commbench.families import get_family
 from commbench.families.base import Case, RankContext
 
 NO_GPU = not torch.cuda.is_available()
@@ -31,40 +28,15 @@ def make_case(op, backend, dtype, tokens, params, ranks, iters=10):
 
 
 def measure(case: Case, ctx: RankContext) -> dict:
-    """setup, warm-up, per-iteration CUDA-event times, check, teardown; row on every rank."""
-    fam, world = get_family("moe"), ctx.world
-    row = {"op": case.op, "backend": case.backend, "dtype": case.dtype, "ranks": world.size,
-           **dict(case.params), "size_bytes": case.size_bytes}
-    reason = fam.unsupported(case)
-    if reason:
-        return {**row, "status": "skipped", "reason": reason}
-    try:
-        state = fam.setup(case, ctx)
-    except SkipCase as exc:
-        world.barrier()
-        return {**row, "status": "skipped", "reason": str(exc)}
-    for _ in range(case.warmup):
-        fam.run(state)
-    state.stream.synchronize()
-    world.barrier()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(case.iters + 1)]
-    events[0].record(state.stream)
-    for i in range(case.iters):
-        fam.run(state)
-        events[i + 1].record(state.stream)
-    state.stream.synchronize()
-    times = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(case.iters)]
-    wrong = world.sum_int(fam.check(state))
-    fam.teardown(state)
-    slowest = [max(v) for v in zip(*world.allgather(times))]
-    t_us = statistics.median(slowest)
-    traffic = fam.traffic(case, world.size)
-    gbps = traffic.algbw_bytes / t_us / 1e3
-    return {**row, "status": "ok" if wrong == 0 else "wrong", "wrong": wrong,
-            "time_us": round(t_us, 2), "time_us_p90": round(sorted(slowest)[int(0.9 * (len(slowest) - 1))], 2),
-            "deepep_gbps": round(gbps, 2), "link_gbps": round(gbps * traffic.bus_factor, 2),
-            "tokens_per_s": round(state.count / t_us * 1e6), **{
-                k: (round(v, 9) if isinstance(v, float) else v) for k, v in state.extra.items()}}
+    """The runner's own path for one Case (measure_case); the row on rank 0, status on every rank."""
+    from commbench.measure.runner import measure_case
+
+    row, _ = measure_case(case, ctx, "gpu-test")
+    row = {k: v for k, v in row.items() if v is not None}
+    row["ranks"] = ctx.world.size
+    if row["status"] == "ok" and "algbw_gbps" in row:   # DeepEP's accounting and the link bytes
+        row.update(deepep_gbps=round(row["algbw_gbps"], 2), link_gbps=round(row["busbw_gbps"], 2))
+    return row
 
 
 def plan(ranks: int) -> list[Case]:

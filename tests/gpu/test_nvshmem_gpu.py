@@ -1,7 +1,7 @@
 """nvshmem family on a GPU, one PE (loopback): every op runs through the runner and checks out.
 
 Run: PYTHONPATH=$PWD python3 -m pytest tests/gpu/test_nvshmem_gpu.py (multi-PE runs go
-through `commbench run`, which starts mpiexec; see tests/gpu/run_nvshmem.sh).
+through `commbench run`, which starts mpiexec; see tests/gpu/suites/nvshmem-small.yaml in tests/gpu/session.sh).
 """
 import os
 

@@ -1,4 +1,4 @@
-"""GPU checks of the proxy family through setup/measure/check (no runner).
+"""GPU checks of the proxy family, each Case through the runner's measure_case.
 
 pytest -s tests/gpu/test_proxy_gpu.py        (numbers go to $PROXY_GPU_OUT, JSON lines)
 Needs one GPU; the peer executor needs two and must be skipped on one.
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
+from functools import lru_cache
 
 import pytest
 
@@ -32,26 +32,29 @@ def make_case(op, backend, size, warmup=3, iters=20, **params):
                 ranks=1, ranks_per_node=1, timeout_s=60)
 
 
+@lru_cache(maxsize=1)
+def _world():
+    from commbench.world import build_world
+
+    return build_world()   # one process: MPI's singleton world, as the runner gives families
+
+
 def ctx():
-    return RankContext(world=None, device="cuda:0")
+    return RankContext(world=_world(), device="cuda:0")
 
 
 def measure(op, backend, size, warmup=3, iters=20, **params) -> dict:
-    """setup, measure, check, teardown; append the row to OUT and return it."""
+    """The runner's own path (measure_case: set-up, timing, check, teardown); the row goes to OUT."""
+    from commbench.measure.runner import measure_case
+
     fam = get_family("proxy")
     case = make_case(op, backend, size, warmup, iters, **params)
     assert fam.unsupported(case) is None, fam.unsupported(case)
-    st = fam.setup(case, ctx())
-    try:
-        t0 = time.perf_counter()
-        samples = fam.measure(st, warmup, iters)
-        wrong = fam.check(st)
-        wall_s = time.perf_counter() - t0
-    finally:
-        fam.teardown(st)
-    row = {"op": op, "backend": backend, "size_bytes": size, **params, "iters": iters,
-           "time_us": statistics.median(samples), "time_us_min": min(samples),
-           "time_us_max": max(samples), "wrong": wrong, "wall_s": round(wall_s, 3), **st.extra}
+    t0 = time.perf_counter()
+    row, _ = measure_case(case, ctx(), "gpu-test")
+    row = {k: v for k, v in row.items() if v is not None}
+    row["wall_s"] = round(time.perf_counter() - t0, 3)   # the whole Case, set-up included
+    assert row["status"] in ("ok", "wrong"), row
     with open(OUT, "a") as fh:
         fh.write(json.dumps(row) + "\n")
     print(row)
@@ -111,7 +114,8 @@ def test_stalled_proxy_fails_not_hangs():
     t0 = time.perf_counter()
     try:
         with pytest.raises(ProxyError, match="ring stayed full|completions never arrived"):
-            fam.measure(st, 0, 1)
+            fam.run(st)        # the runner's timed batch of a rate Case: one launch
+            fam.check(st)      # the check reads the kernel's error flag first
         with pytest.raises(ProxyError, match="unusable"):
             fam.run(st)
     finally:
@@ -131,7 +135,9 @@ def test_check_catches_corrupted_data(monkeypatch):
             s.dst[:64].zero_()
 
     try:
-        fam.measure(st, 1, 2)
+        for _ in range(2):
+            fam.run(st)
+        st.stream.synchronize()
         monkeypatch.setattr(bench, "launch", corrupting_launch)
         assert fam.check(st) >= 32
     finally:

@@ -111,7 +111,7 @@ def test_log_cursor_reads_only_new_complete_lines(tmp_path):
 
 @pytest.mark.parametrize("name,forced", [("h200-1rank-auto.log", ""), ("h200-1rank-Ring.log", "Ring")])
 def test_real_h200_one_rank_logs(name, forced):
-    # Written by NCCL 2.28.9 itself (tests/gpu/run_allreduce.sh, 1x H200, 2026-11-29).
+    # Written by NCCL 2.28.9 itself (tests/gpu/test_allreduce_gpu.py, 1x H200, 2026-11-29).
     text = _read(name)
     assert "NCCL version 2.28.9" in text and "nranks 1" in text
     # With one rank NCCL copies locally and plans no algorithm: no choice, so "unknown", never "honoured".
