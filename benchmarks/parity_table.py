@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from commbench.analysis.compare import compare_runs  # noqa: E402
-from commbench.runfolder.reader import Run, load_run  # noqa: E402
-from commbench.analysis.report.markdown import table_md  # noqa: E402
-from commbench.units import format_size  # noqa: E402
+from commbench.analysis.compare import compare_runs
+from commbench.runfolder.reader import Run, load_run
+from commbench.analysis.report.markdown import table_md
+from commbench.units import format_size
 
 MODES = (("pipelined", "default loop / pipelined"), ("graph", "-G 5 / graph"))
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from commbench.runfolder import COLUMNS, RunFolder  # noqa: E402
-from commbench.runfolder.reader import load  # noqa: E402
+from commbench.runfolder import COLUMNS, RunFolder
+from commbench.runfolder.reader import load
 
 
 def row(i: int) -> dict:
@@ -43,8 +43,8 @@ def main(n: int) -> None:
                 folder.append_row(row(done))
                 done += 1
             t = time.perf_counter()
-            print(f"rows {m:6d}: {1e3 * (t - t_prev) / max(1, m - (marks[marks.index(m) - 1] if marks.index(m) else 0)):8.3f} ms per append "
-                  f"(total {t - start:7.2f} s)")
+            stretch = max(1, m - (marks[marks.index(m) - 1] if marks.index(m) else 0))
+            print(f"rows {m:6d}: {1e3 * (t - t_prev) / stretch:8.3f} ms per append (total {t - start:7.2f} s)")
             t_prev = t
         df = load(Path(tmp) / "run")
         assert len(df) == n and df["case_id"].is_unique, (len(df), n)

@@ -52,7 +52,7 @@ def _arm_stack_dump(run_dir: Path, launch_id: int, rank: int) -> None:
     """On SIGUSR1 (sent by the watchdog before it kills a hung launch) write every thread's
     Python stack to logs/launch-<k>.rank<r>.stacks.txt; the pid file tells the watchdog where to send it."""
     logs = run_dir / "logs"
-    stacks = open(logs / f"launch-{launch_id}.rank{rank}.stacks.txt", "a")  # noqa: SIM115 - lives with the process
+    stacks = open(logs / f"launch-{launch_id}.rank{rank}.stacks.txt", "a")  # open for the process's life
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     pid_file = logs / f"launch-{launch_id}.rank{rank}.pid"
     pid_file.write_text(f"{socket.gethostname()} {os.getpid()}")

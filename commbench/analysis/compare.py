@@ -94,7 +94,8 @@ def compare_runs(base: Run, new: Run, settings: CompareSettings = CompareSetting
             bb, bn = row.get("busbw_gbps_base"), row.get("busbw_gbps_new")
             if bb and bn and bb > 0:
                 rec["busbw_ratio"] = round(bn / bb, 4)
-            cb, cn = str(row.get("case_id_base", row.get("case_id", ""))), str(row.get("case_id_new", row.get("case_id", "")))
+            cb = str(row.get("case_id_base", row.get("case_id", "")))
+            cn = str(row.get("case_id_new", row.get("case_id", "")))
             a, b = s_base.get(cb), s_new.get(cn)
             if a is not None and b is not None:
                 p = _mann_whitney(a, b)

@@ -8,5 +8,5 @@ from .writer import (RunFolder, RunFolderError, RunFolderExists, is_run_folder, 
                      utc_stamp)
 
 __all__ = ["COLUMNS", "NUMERIC", "SAMPLE_COLUMNS", "SCHEMA_VERSION", "STATUSES", "RunFolder",
-           "RunFolderError", "RunFolderExists", "case_row", "is_run_folder", "new_run_dir", "placement_columns", "read_meta",
-           "utc_stamp"]
+           "RunFolderError", "RunFolderExists", "case_row", "is_run_folder", "new_run_dir", "placement_columns",
+           "read_meta", "utc_stamp"]

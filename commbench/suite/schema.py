@@ -20,7 +20,8 @@ COMMON_KEYS: dict[str, str] = {
     "timeout_s": "seconds a Case may run without finishing before its launch is killed (default 300)",
     "warmup": "untimed iterations before timing (default 5, fewer for messages over 64 MiB)",
     "iters": "timed iterations (default 20, fewer for messages over 64 MiB, never under 5)",
-    "timing": "auto | events | pipelined | graph | host, or a list of them (auto: CUDA events on GPU, host clock on CPU)",
+    "timing": "auto | events | pipelined | graph | host, or a list of them "
+              "(auto: CUDA events on GPU, host clock on CPU)",
     "env": "environment variables for the launch; a list of values makes one variant (fresh launch) each",
     "params": "family parameters (see `commbench list`); lists expand to cross products",
     "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "

@@ -42,7 +42,7 @@ def _safe(fn: Callable[..., Any], *args: Any) -> Any:
     """Run one probe; any failure means 'unknown'. A probe must never stop `info` or a run."""
     try:
         return fn(*args)
-    except Exception:  # a probe's failure is data (None), not an error
+    except Exception:  # noqa: BLE001 - a probe's failure is data (None), not an error
         return None
 
 

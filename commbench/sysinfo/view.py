@@ -26,7 +26,8 @@ def format_info(info: dict[str, Any]) -> Any:
     mc = info.get("multicast_supported")
     for key, value in (
         ("host", info.get("hostname")), ("os", info.get("os")), ("python", info.get("python")),
-        ("commbench", f"{info.get('commbench_version')}" + (f" (git {git[:12]}{' dirty' if info.get('git_dirty') else ''})" if git else "")),
+        ("commbench", f"{info.get('commbench_version')}"
+                      + (f" (git {git[:12]}{' dirty' if info.get('git_dirty') else ''})" if git else "")),
         ("driver", info.get("driver")), ("cuda driver api", info.get("cuda_driver")),
         ("cuda runtime", info.get("cuda_runtime")),
         ("torch", f"{info['torch']} (cuda {torch_cuda})" if info.get("torch") else None),

@@ -2,9 +2,10 @@
 
 Run with pytest; each test starts this file under mpirun as a small driver
 that measures each Case through the runner (commbench.measure.runner.measure_case:
-set-up, warm-up, timed batch, check, teardown) and asserts on the rows it prints. Set COMMBENCH_GPU_OUT=<dir> to keep the rows (JSON lines)
-and NCCL's debug logs. Several ranks on one GPU prove correctness, not speed;
-NCCL refuses two ranks on one GPU, so NCCL runs with one rank here.
+set-up, warm-up, timed batch, check, teardown) and asserts on the rows it prints.
+Set COMMBENCH_GPU_OUT=<dir> to keep the rows (JSON lines) and NCCL's debug logs.
+Several ranks on one GPU prove correctness, not speed; NCCL refuses two ranks on one GPU,
+so NCCL runs with one rank here.
 Multicast Cases must come out skipped: our machines set the kill switches.
 """
 from __future__ import annotations

@@ -107,7 +107,8 @@ def test_cpu_rules_pass_a_healthy_stored_run():
 
 @pytest.mark.parametrize("body, line, field", [
     ("  - {name: a, metric: time_us, op: '=>', value: 1}\n", 2, "'op'"),
-    ("  - name: a\n    metric: time_us\n    op: '<='\n    value: 1\n    select: {size_bytes: {min: 12QB}}\n", 6, "select.size_bytes"),
+    ("  - name: a\n    metric: time_us\n    op: '<='\n    value: 1\n    select: {size_bytes: {min: 12QB}}\n", 6,
+     "select.size_bytes"),
     ("  - name: a\n    metric: time_us\n    op: '<='\n    value: 1\n    colour: red\n", 6, "'colour'"),
     ("  - {name: a, metric: time_us, op: within_pct_of}\n", 2, "'pct'"),
     ("  - {name: a, metric: time_us, aggregate: p99, op: '<=', value: 1}\n", 2, "'aggregate'"),

@@ -2,7 +2,6 @@
 import json
 import textwrap
 
-import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -207,7 +206,8 @@ def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):
         """)
     suite.write_text(text.replace("OP", "hang"))
     out = tmp_path / "run"
-    assert CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"]).exit_code == 1  # the timeout fails the run
+    # the timeout fails the run
+    assert CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"]).exit_code == 1
     assert list(load(out).status) == ["timeout"]
     # what --resume does after rerunning that Case: append its new row
     from commbench.runfolder import RunFolder

@@ -35,7 +35,7 @@ def test_suite_env_that_chooses_code_is_a_validate_error(tmp_path, name):
         """))
     result = CliRunner().invoke(cli, ["validate", str(suite)])
     assert result.exit_code == 2, result.output
-    assert f"s.yaml:8" in result.output and name in result.output
+    assert "s.yaml:8" in result.output and name in result.output
 
 
 @pytest.mark.parametrize("name", ["NCCL_ALGO", "NCCL_PROTO", "NVSHMEM_REMOTE_TRANSPORT", "UCX_TLS",

@@ -146,7 +146,8 @@ def test_no_multicast_api_or_instruction_in_our_sources():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    sources = list((root / "commbench" / "families" / "allreduce").glob("*.py")) + list((root / "kernels").glob("allreduce*"))
+    family = root / "commbench" / "families" / "allreduce"
+    sources = list(family.glob("*.py")) + list((root / "kernels").glob("allreduce*"))
     assert len(sources) >= 5
     for path in sources:
         text = path.read_text()

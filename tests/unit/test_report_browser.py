@@ -1,14 +1,12 @@
 """The HTML report in a real browser: headless Chromium loads it without console errors,
 and both plot images decode and render with a non-zero size.
 
-Chromium is installed by the test set-up (Debian's `chromium` via apt-get, when
-running as root with apt-get available; COMMBENCH_BROWSER_INSTALL=0 turns that
-off); without it the test is skipped with the reason.
+Chromium is a system package the tests do not install: `make system-deps` (run once
+by .ci/run) installs Debian's `chromium`; without it the test is skipped with the reason.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,7 +22,8 @@ RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 # Injected into a copy of the page: records load errors and each image's decoded and laid-out size.
 PROBE = """<script>
 window.__errs = [];
-window.addEventListener('error', e => window.__errs.push(String(e.message || (e.target && e.target.src || e.type)).slice(0, 80)), true);
+window.addEventListener('error',
+  e => window.__errs.push(String(e.message || (e.target && e.target.src || e.type)).slice(0, 80)), true);
 for (const level of ['error', 'warn']) {
   const orig = console[level];
   console[level] = (...a) => { window.__errs.push(level + ': ' + a.join(' ')); orig.apply(console, a); };
@@ -40,25 +39,11 @@ window.addEventListener('load', () => {
 </script>"""
 
 
-def _install_chromium() -> None:
-    if os.environ.get("COMMBENCH_BROWSER_INSTALL") == "0" or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-    if subprocess.run(cmd, env=env, capture_output=True, timeout=900, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=300, check=False)
-        subprocess.run(cmd, env=env, capture_output=True, timeout=900, check=False)
-
-
 @pytest.fixture(scope="module")
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        _install_chromium()
-        found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("headless Chromium is not installed and could not be installed "
-                    "(needs root and apt-get; COMMBENCH_BROWSER_INSTALL=0 disables it)")
+        pytest.skip("headless Chromium is not installed (`make system-deps` installs Debian's chromium)")
     return found
 
 

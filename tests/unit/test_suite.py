@@ -133,7 +133,8 @@ def test_bad_suite_errors_name_line_and_field(tmp_path, desc, text, fragments):
 @pytest.mark.parametrize("desc,text,fragments", BAD[:6], ids=[b[0] for b in BAD[:6]])
 def test_cli_exits_2_without_traceback(tmp_path, command, desc, text, fragments):
     path = write(tmp_path, text)
-    result = CliRunner().invoke(cli, [command, str(path), *(["--out", str(tmp_path / "o")] if command == "run" else [])])
+    out = ["--out", str(tmp_path / "o")] if command == "run" else []
+    result = CliRunner().invoke(cli, [command, str(path), *out])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert "commbench: error:" in result.output

@@ -8,11 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # never needs a display; safe on compute nodes and in CI
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from commbench.units import format_size  # noqa: E402
+from commbench.units import format_size
 
 # Columns that may tell two curves of one op apart; only those that vary get into labels.
 LINE_COLUMNS = ("run", "family", "bench", "backend", "variant", "dtype", "in_place",
