@@ -1,4 +1,4 @@
-"""Cost of storing one row in a run folder as the folder grows (the per-Case overhead of results.py).
+"""Cost of storing one row in a run folder as the folder grows (the per-Case overhead of commbench.runfolder.writer).
 
     python benchmarks/results_writer.py [ROWS]
 
