@@ -163,10 +163,16 @@ class RunFolder:
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
         p = self.path / "samples.csv"
-        new = not p.exists()
+        header = _csv_header(p)
+        wanted = list(header or SAMPLE_COLUMNS)
+        for row in samples:   # per-iteration extras (a training step's phases) become columns
+            wanted += [k for k in row if k not in wanted]
+        if header is not None and wanted != header:
+            _rewrite_with_columns(p, wanted)   # rare: the first Case that brings a new column
+            header = wanted
         with open(p, "a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=SAMPLE_COLUMNS)
-            if new:
+            w = csv.DictWriter(fh, fieldnames=wanted, restval="")
+            if header is None:
                 w.writeheader()
             w.writerows(samples)
             fh.flush()
@@ -204,6 +210,27 @@ def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: in
         "status": status, "reason": reason, "log": log,
         **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
     }
+
+
+def _csv_header(path: Path) -> list[str] | None:
+    """The header of a CSV file, or None when it does not exist or is empty."""
+    try:
+        with open(path, newline="") as fh:
+            return next(csv.reader(fh), None)
+    except FileNotFoundError:
+        return None
+
+
+def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
+    """Rewrite a CSV under a wider header (new cells empty), atomically."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    tmp = path.with_name("." + path.name + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
 
 
 def _parse_line(line: bytes) -> dict | None:

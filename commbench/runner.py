@@ -109,7 +109,9 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         _teardown(fam, state)
         return row, []
     wrong = world.sum_int(wrong_local)
-    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
+    # optional per-iteration columns beside time_us (a step's phases): state.sample_columns
+    columns = dict(getattr(state, "sample_columns", None) or {})
+    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples, columns), root=0)
     extra = dict(getattr(state, "extra", {}) or {})
     row["size_bytes"] = getattr(state, "size_bytes", case.size_bytes)
     row["count"] = getattr(state, "count", None)
@@ -127,7 +129,8 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
-                    "time_us": t} for r, h, dev, ts in gathered for i, t in enumerate(ts)]
+                    "time_us": t, **{k: v[i] for k, v in cols.items() if i < len(v)}}
+                   for r, h, dev, ts, cols in gathered for i, t in enumerate(ts)]
     return row, sample_rows
 
 
