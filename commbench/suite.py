@@ -172,6 +172,17 @@ def _line(bench: LineDict, defaults: LineDict, key: str) -> int:
     return bench.line
 
 
+def _field_line(bench: LineDict, defaults: LineDict, field_name: str) -> int:
+    """Line of a field a family names: `params.NAME` is the parameter's own line."""
+    head, _, rest = field_name.partition(".")
+    if head == "params" and rest:
+        for src in (bench, defaults):
+            params = src.get("params")
+            if isinstance(params, LineDict) and rest in params:
+                return params.line_of(rest)
+    return _line(bench, defaults, head)
+
+
 def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, object]:
     """`--set key=value` items -> {key: value}; values are YAML scalars or lists ('ranks=2', 'sizes=[1MiB]')."""
     out: dict[str, object] = {}
@@ -404,8 +415,9 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
         param_lists[k] = _as_list(v)
     for k, spec in fam.params.items():
         param_lists.setdefault(k, [spec.default])
-    for field_name, msg in fam.validate_bench(m):
-        err.add(_line(bench, defaults, field_name.split(".")[0]), f"{where}.{field_name}", msg)
+    # the family sees ranks resolved ('all' -> the GPU count) to judge shapes against them
+    for field_name, msg in fam.validate_bench({**m, "ranks": ranks_list}):
+        err.add(_field_line(bench, defaults, field_name), f"{where}.{field_name}", msg)
     if len(err.items) > n_err:
         return []
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)
