@@ -1,6 +1,6 @@
 """Attention pieces the schedules share.
 
-- `causal_attention`: torch SDPA (causal, grouped-query heads) with autograd,
+- `causal_attention`: torch SDPA (causal, grouped-query heads repeated) with autograd,
   for layers whose sequence is whole on the rank.
 - Block attention for context parallelism: `block_forward` returns the
   output and the log-sum-exp of one (query rows, key block) pair through
@@ -19,9 +19,12 @@ from dataclasses import dataclass
 
 
 def causal_attention(q, k, v):
+    """Causal SDPA. Key/value heads are repeated up to the query heads first: SDPA's fused
+    kernels do not all take grouped heads, and its fallback would build the whole score matrix."""
     import torch.nn.functional as F
 
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    heads = q.shape[1]
+    return F.scaled_dot_product_attention(q, expand_kv(k, heads), expand_kv(v, heads), is_causal=True)
 
 
 def expand_kv(t, heads: int):
