@@ -63,7 +63,7 @@ def block_forward(q, k, v, causal: bool):
     if kind == "cuda_flash":
         r = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
         # cumulative lengths, max lengths and RNG state: the backward kernel takes them back
-        return r[0], r[1].float(), tuple(r[2:8])
+        return r[0], r[1][..., :q.shape[2]].float(), tuple(r[2:8])
     return _math_forward(q, k, v, causal) + (None,)
 
 
