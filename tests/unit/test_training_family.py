@@ -278,7 +278,8 @@ def test_tally():
 
 
 def test_samples_gain_columns_when_a_case_brings_them(tmp_path):
-    from commbench.results import RunFolder, load_samples
+    from commbench.runfolder import RunFolder
+    from commbench.runfolder.reader import load_samples
 
     folder = RunFolder(tmp_path)
     folder.create(resume=False)
@@ -306,7 +307,7 @@ def cpu_run(tmp_path_factory):
 
 @needs_mpi
 def test_cpu_suite_every_op_correct(cpu_run):
-    from commbench.results import load
+    from commbench.runfolder.reader import load
 
     df = load(cpu_run)
     assert (df.status == "ok").all(), df[df.status != "ok"][["op", "reason"]].to_string()
@@ -325,7 +326,7 @@ def test_cpu_suite_every_op_correct(cpu_run):
 
 @needs_mpi
 def test_cpu_suite_samples_and_report(cpu_run):
-    from commbench.results import load_samples
+    from commbench.runfolder.reader import load_samples
 
     samples = load_samples(cpu_run)
     for col in ("compute_us", "comm_us", "fwd_us", "bwd_us"):
@@ -340,12 +341,12 @@ def test_a_schedule_computing_with_stale_data_is_caught(tmp_path):
     """Each op with fault=stale (layer 1 on layer 0's parameters, a skipped all-reduce, a ring step
     reusing the previous K/V block, parameters not updated by the all-gather) must be wrong."""
     from commbench.cli import cli
-    from commbench.results import load
+    from commbench.runfolder.reader import load
 
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["run", str(ROOT / "suites" / "training-cpu.yaml"), "--out", str(out),
                                       "--quiet", "--only", "bf16", "--set", "params.fault=stale"])
-    assert result.exit_code == 0, result.output     # `run` stores wrong rows; `accept` judges
+    assert result.exit_code == 1, result.output     # wrong rows: `run` exits 1
     df = load(out)
     assert set(df.op) == {"fsdp", "distopt", "tp", "cp"}
     assert (df.status == "wrong").all(), df[["op", "status", "reason"]].to_string()
