@@ -25,7 +25,7 @@ from .bytes import KINDS, bus_bytes
 
 @dataclass
 class Handle:
-    comm: "Comm"
+    comm: Comm
     tag: str
     works: list = field(default_factory=list)
     done: bool = False

@@ -14,9 +14,9 @@ The optimizer step is local work on shards and is not part of the step.
 from __future__ import annotations
 
 from . import groups
+from .attention import causal_attention
 from .bytes import padded
 from .layer import backward, forward, full_layer_flat, layer_forward, split_flat
-from .attention import causal_attention
 from .numerics import Tally
 from .reference import full_params, run_model
 from .schedule import Schedule

@@ -11,8 +11,9 @@ attention over [batch, heads, seq, head_dim] (SDPA, or context-parallel).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from .bytes import layer_weight_sizes
 from .shapes import Shape

@@ -18,6 +18,7 @@ suite). NaN or inf always counts.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 # dtype the tensors were computed in -> (rtol, atol, l2, big); atol and big are fractions of the rms
@@ -56,7 +57,7 @@ class Tally:
             bad = max(1, int((~(diff <= rtol * b.abs() + atol * scale)).sum()))
         else:
             bad = int((~(diff <= rtol * b.abs() + big * scale)).sum())
-        self._add(name, bad, l2 if l2 == l2 else float("inf"))
+        self._add(name, bad, l2 if math.isfinite(l2) else float("inf"))
 
     def _add(self, name: str, bad: int, err: float) -> None:
         self.wrong += bad
