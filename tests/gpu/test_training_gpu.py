@@ -60,7 +60,7 @@ def measure(case: Case, ctx: RankContext) -> dict:
         state = fam.setup(case, ctx)
     except SkipCase as exc:
         return {**row, "status": "skipped", "reason": str(exc)}
-    samples = fam.measure(state, case.warmup, case.iters)
+    samples = state.measure(case.warmup, case.iters)
     wrong = world.sum_int(fam.check(state))
     extra = dict(state.extra)
     fam.teardown(state)
