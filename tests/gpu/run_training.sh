@@ -16,7 +16,7 @@ MPI=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE -x NVSHMEM_D
 {
   date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   echo "== 1 rank (pytest)"
-  timeout "${T1:-240}" python3 -m pytest -q -s tests/gpu/test_training_gpu.py > "$OUT/training_pytest.txt" 2>&1
+  timeout "${T1:-200}" python3 -m pytest -q -s tests/gpu/test_training_gpu.py > "$OUT/training_pytest.txt" 2>&1
   echo "rc=$?"; grep -v '^{' "$OUT/training_pytest.txt" | tail -n 25
   if [ "$NGPU" -ge 2 ]; then
     echo "== $NGPU ranks"
@@ -25,7 +25,7 @@ MPI=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE -x NVSHMEM_D
   fi
   echo "== suites/training.yaml (ranks: all = $NGPU)"
   rm -rf /tmp/training-run
-  timeout -s TERM "${TS:-400}" python3 -m commbench run suites/training.yaml --out /tmp/training-run --quiet
+  timeout -s TERM "${TS:-330}" python3 -m commbench run suites/training.yaml --out /tmp/training-run --quiet
   echo "rc=$?"
   python3 - <<'PY'
 import pandas as pd
