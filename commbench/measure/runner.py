@@ -128,7 +128,9 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         _teardown(fam, state)
         return row, []
     wrong = world.sum_int(wrong_local)
-    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
+    # per-iteration columns beside time_us (a training step's phases): state.sample_columns
+    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples,
+                                  dict(state.sample_columns)), root=0)
     extra = dict(state.extra)
     if state.stream is not None and state.measure is None:  # which loop enqueued the timed ops
         extra.setdefault("timed_loop", "native" if state.native is not None else "python")
@@ -149,7 +151,8 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
-                    "time_us": t} for r, h, dev, ts in gathered for i, t in enumerate(ts)]
+                    "time_us": t, **{k: v[i] for k, v in cols.items() if i < len(v)}}
+                   for r, h, dev, ts, cols in gathered for i, t in enumerate(ts)]
     return row, sample_rows
 
 

@@ -25,6 +25,8 @@ class CaseState:
       Case's (rounding to whole elements, token counts).
     - ``columns_from_time``: columns derived from the Case's reduced median ``time_us`` (rank 0),
       e.g. a command rate.
+    - ``sample_columns``: per-iteration values on this rank (column -> list, one per timed
+      iteration) that samples.csv keeps beside ``time_us``, e.g. a training step's phases.
     """
 
     stream: Any = None
@@ -35,3 +37,4 @@ class CaseState:
     size_bytes: int | None = None
     count: int | None = None
     columns_from_time: Callable[[float], dict] | None = None
+    sample_columns: dict = field(default_factory=dict)

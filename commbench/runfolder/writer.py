@@ -160,10 +160,16 @@ class RunFolder:
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
         p = self.path / "samples.csv"
-        new = not p.exists()
+        header = _csv_header(p)
+        wanted = list(header or SAMPLE_COLUMNS)
+        for row in samples:   # per-iteration extras (a training step's phases) become columns
+            wanted += [k for k in row if k not in wanted]
+        if header is not None and wanted != header:
+            _rewrite_with_columns(p, wanted)   # rare: the first Case that brings a new column
+            header = wanted
         with open(p, "a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=SAMPLE_COLUMNS)
-            if new:
+            w = csv.DictWriter(fh, fieldnames=wanted, restval="")
+            if header is None:
                 w.writeheader()
             w.writerows(samples)
             fh.flush()
@@ -193,6 +199,27 @@ def read_meta(path) -> dict:
         return json.loads(meta_path.read_text())
     except (OSError, ValueError) as exc:
         raise RunFolderError(f"cannot read {meta_path}: {exc}") from exc
+
+
+def _csv_header(path: Path) -> list[str] | None:
+    """The header of a CSV file, or None when it does not exist or is empty."""
+    try:
+        with open(path, newline="") as fh:
+            return next(csv.reader(fh), None)
+    except FileNotFoundError:
+        return None
+
+
+def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
+    """Rewrite a CSV under a wider header (new cells empty), atomically."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    tmp = path.with_name("." + path.name + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)
 
 
 def _parse_line(line: bytes) -> dict | None:

@@ -207,7 +207,7 @@ def _env_lists(b: _Bench) -> dict[str, list[str]]:
     return out
 
 
-def _param_lists(b: _Bench, fam: Family) -> dict[str, list]:
+def _param_lists(b: _Bench, fam: Family, ranks_list: list[int]) -> dict[str, list]:
     """Every family parameter's values (the default when the suite does not name it). Values
     are checked against their Param by ``fam.validate_bench``."""
     params = b.get("params", {}) or {}
@@ -223,7 +223,8 @@ def _param_lists(b: _Bench, fam: Family) -> dict[str, list]:
             b.add(f"params.{k}", "empty list")
         else:
             out[k] = as_list(v)
-    for field_name, msg in fam.validate_bench(b.m):
+    # the family sees ranks resolved ('all' -> the GPU count) to judge shapes against them
+    for field_name, msg in fam.validate_bench({**b.m, "ranks": ranks_list}):
         b.add(field_name, msg)
     return {k: out.get(k, [spec.default]) for k, spec in fam.params.items()}
 
@@ -270,7 +271,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     host_groups = _host_groups(b)
     timings = _timings(b)
     env_lists = _env_lists(b)
-    param_lists = _param_lists(b, fam)
+    param_lists = _param_lists(b, fam, ranks_list)
     if len(err.items) > n_err:
         return []
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)

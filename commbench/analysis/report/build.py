@@ -41,6 +41,8 @@ def build_report(runs: list[Run]) -> Document:
         fig = metric_figure(df, metric)
         sec.image(figure_png(fig) if fig is not None else None, f"{metric} vs size", name)
 
+    _training_section(doc, df)
+
     sec = doc.section("Tables")
     for op, g in tables.points(df).groupby("op", sort=True):
         sec.sub(str(op)).table(g.drop(columns=["op"]))
@@ -57,6 +59,22 @@ def build_report(runs: list[Run]) -> Document:
     sec.sub("Wrong results (wrong > 0)").table(tables.wrong_rows(df))
     sec.sub("Skipped, failed and timed-out points").table(tables.not_ok_rows(df))
     return doc
+
+
+def _training_section(doc: Document, df: pd.DataFrame) -> None:
+    """Training-step strategies: where the step's time goes (only when such rows exist)."""
+    from . import training
+
+    table = training.overlap_table(df)
+    if table.empty:
+        return
+    sec = doc.section("Training step: compute and communication")
+    sec.text("Per op, one bar per strategy: compute (the step with communication removed), "
+             "exposed communication (step - compute) and hidden communication (the rest of the "
+             "communication time, which ran under compute). docs/families/training.md defines the columns.")
+    fig = training.overlap_figure(df)
+    sec.image(figure_png(fig) if fig is not None else None, "training step breakdown", "training.png")
+    sec.table(table)
 
 
 def write_report(run_dirs, out=None):

@@ -142,4 +142,12 @@ def write_run_plots(df: pd.DataFrame, out_dir: Path) -> list[Path]:
         path = out_dir / filename
         path.write_bytes(figure_png(fig))
         written.append(path)
+    from .training import overlap_figure
+
+    fig = overlap_figure(df)
+    if fig is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / "training_overlap.png"
+        path.write_bytes(figure_png(fig))
+        written.append(path)
     return written
