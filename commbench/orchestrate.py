@@ -203,6 +203,7 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
             reason = (f"no progress for {by_id[victim].timeout_s:.0f} s; launch killed, rank stacks in "
                       f"logs/launch-{launch.launch_id}.rank*.stacks.txt"
                       if status == "timeout" else f"ranks exited with status {out.returncode}")
+            reason += _on_hosts(folder, launch)
             folder.append_row(_row_for(by_id[victim], status, f"{reason} (log {log}): {tail}", log, launch.ranks))
             display.event({"event": "done", "case_id": victim, "status": status})
             finished.add(victim)
@@ -210,7 +211,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         elif not killed and (out.returncode != 0 or len(finished) < len(pending)):
             # died before any Case started (bad environment, MPI failure): every pending Case fails
             tail = _log_tail(folder.path / log)
-            reason = f"launch failed with status {out.returncode} before finishing its Cases (log {log}): {tail}"
+            reason = (f"launch failed with status {out.returncode}{_on_hosts(folder, launch)} before finishing "
+                      f"its Cases (log {log}): {tail}")
             for cid in pending:
                 if cid not in finished:
                     folder.append_row(_row_for(by_id[cid], "failed", reason, log, launch.ranks))
@@ -222,6 +224,19 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
     # rank 0 may have been killed between a row's JSONL line and its CSV line: re-mirror
     folder.rewrite_csv()
     return record
+
+
+def _on_hosts(folder: RunFolder, launch) -> str:
+    """' on hosts a,b' for a failure's reason: the placement's hosts, else those the ranks reported
+    (a dead or unreachable node is named in the row, not only in the log)."""
+    hosts = list(launch.hosts)
+    if not hosts:
+        try:
+            ranks_hosts = json.loads((folder.path / "logs" / f"launch-{launch.launch_id}.hosts.json").read_text())
+            hosts = sorted(set(ranks_hosts["hosts"]))
+        except (OSError, ValueError, KeyError):
+            return ""
+    return f" on host{'s' if len(hosts) > 1 else ''} {','.join(hosts)}"
 
 
 def _merge_hosts(folder: RunFolder, meta: dict) -> None:
