@@ -189,10 +189,11 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
             out.append(Verdict(f"bad links {links}", "node", False, links, "every pair passes", reason))
     single = placed[~placed["hosts"].astype(str).str.contains(",")]
     if "host" in single.columns and single["host"].nunique() >= 3:
-        z = host_outliers(single)
+        z = host_outliers(single, z_threshold=ruleset.localize.z_threshold if ruleset.localize else 3.5)
         for rec in z[z["flagged"]].to_dict("records") if not z.empty else []:
             out.append(Verdict(f"slow host {rec['host']}", "node", False, f"robust z {rec['median_z']:.1f}",
-                               "robust z < 3.5", f"{rec['host']} is an outlier among the per-node runs"))
+                               f"robust z < {ruleset.localize.z_threshold if ruleset.localize else 3.5:g}",
+                               f"{rec['host']} is an outlier among the per-node runs"))
     return out
 
 

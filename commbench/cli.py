@@ -64,6 +64,12 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
                    "(continue with --resume)", err=True)
         sys.exit(130)
     click.echo(f"run folder: {run_dir}")
+    from .orchestrate import run_exit_status
+
+    status, why = run_exit_status(run_dir)
+    if status:
+        click.echo(f"commbench: exit {status}: {why}", err=True)
+        sys.exit(status)
 
 
 def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:

@@ -226,6 +226,23 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
     return record
 
 
+def run_exit_status(run_dir: Path) -> tuple[int, str]:
+    """(exit status, why) of a finished run (DESIGN section 6): 1 when a row is wrong, failed or
+    timed out, or nothing was stored; 0 otherwise (skipped rows say why in their reason)."""
+    try:
+        df = load(run_dir)
+    except FileNotFoundError:
+        return 1, "nothing measured"
+    if df is None or not len(df):
+        return 1, "nothing measured"
+    wrong = df["wrong"].fillna(0) > 0 if "wrong" in df.columns else False
+    bad = df["status"].isin(["wrong", "failed", "timeout"]) | wrong
+    if bad.any():
+        counts = df.loc[bad, "status"].value_counts()
+        return 1, ", ".join(f"{n} {s}" for s, n in counts.items()) + " row(s) (see results.csv)"
+    return 0, ""
+
+
 def _on_hosts(folder: RunFolder, launch) -> str:
     """' on hosts a,b' for a failure's reason: the placement's hosts, else those the ranks reported
     (a dead or unreachable node is named in the row, not only in the log)."""
@@ -236,7 +253,26 @@ def _on_hosts(folder: RunFolder, launch) -> str:
             hosts = sorted(set(ranks_hosts["hosts"]))
         except (OSError, ValueError, KeyError):
             return ""
-    return f" on host{'s' if len(hosts) > 1 else ''} {','.join(hosts)}"
+    where = f" on host{'s' if len(hosts) > 1 else ''} {','.join(hosts)}"
+    lost = _hosts_the_launcher_lost(folder.path / f"logs/launch-{launch.launch_id}.log", hosts)
+    return f"{where} (lost {','.join(lost)})" if lost and len(hosts) > 1 else where
+
+
+# How Open MPI (orte and prrte) and ssh name a node they could not start or lost.
+_LOST_PATTERNS = (r"Remote host:\s+{h}\b", r"Remote daemon:.* on node {h}\b", r"connect to host {h}\b",
+                  r"resolve hostname {h}\b")
+
+
+def _hosts_the_launcher_lost(log: Path, hosts: list[str]) -> list[str]:
+    """The hosts that the last attempt's launcher output names as lost or unreachable."""
+    import re
+
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    last = text[text.rfind("=== launch"):]
+    return [h for h in hosts if any(re.search(p.format(h=re.escape(h)), last) for p in _LOST_PATTERNS)]
 
 
 def _merge_hosts(folder: RunFolder, meta: dict) -> None:

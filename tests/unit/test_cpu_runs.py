@@ -123,7 +123,8 @@ def test_hang_and_crash_become_rows_and_the_run_goes_on(tmp_path):
         """))
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the run went on, and its status says rows failed
+    assert "1 timeout" in result.output and "1 failed" in result.output
     df = load(out).set_index("bench")
     assert df.loc["before", "status"] == "ok"
     assert df.loc["hang", "status"] == "timeout"
@@ -207,7 +208,7 @@ def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):
         """)
     suite.write_text(text.replace("OP", "hang"))
     out = tmp_path / "run"
-    assert CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"]).exit_code == 0
+    assert CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"]).exit_code == 1
     assert list(load(out).status) == ["timeout"]
     # what --resume does after rerunning that Case: append its new row
     from commbench.results import RunFolder
