@@ -49,8 +49,11 @@ def _failures(junit: ET.Element) -> dict[str, str]:
             for case in junit.iter("testcase") if case.find("failure") is not None}
 
 
-def _run_pairs(cluster, out: Path, *extra: str) -> tuple[int, str]:
-    res = cluster.run(commbench("run", str(TWIN), *PAIR_BENCHES, *extra, "--out", str(out), "--quiet"))
+def _run_pairs(cluster, out: Path, rng) -> tuple[int, str]:
+    """The pairwise benches, with the nodes in a seeded order: other rounds, another launch order."""
+    order = ",".join(rng.sample(cluster.nodes, len(cluster.nodes)))
+    res = cluster.run(["env", f"COMMBENCH_HOSTS={order}",
+                       *commbench("run", str(TWIN), *PAIR_BENCHES, "--out", str(out), "--quiet")])
     return res.returncode, res.stdout + res.stderr
 
 
@@ -110,7 +113,7 @@ def test_a_slow_node_is_named(healthy, tmp_path, rng, kind):
         healthy.slow(bad, **({"rate_mbit": SLOW_RATE_MBIT} if kind == "rate" else {"delay_us": SLOW_DELAY_US}))
     except ClusterUnavailable as exc:
         pytest.skip(str(exc))
-    rc, log = _run_pairs(healthy, tmp_path / "run")
+    rc, log = _run_pairs(healthy, tmp_path / "run", rng)
     assert rc == 0, log  # slow, not broken: every row is measured
     rc, text, junit = _accept(healthy, tmp_path / "run", tmp_path)
     failures = _failures(junit)
@@ -122,7 +125,7 @@ def test_a_slow_node_is_named(healthy, tmp_path, rng, kind):
 def test_a_slow_link_is_named(healthy, tmp_path, rng):
     a, b = sorted(rng.sample(healthy.nodes, 2))
     healthy.slow_link(a, b, rate_mbit=SLOW_RATE_MBIT)
-    rc, log = _run_pairs(healthy, tmp_path / "run")
+    rc, log = _run_pairs(healthy, tmp_path / "run", rng)
     assert rc == 0, log
     rc, text, junit = _accept(healthy, tmp_path / "run", tmp_path)
     blame = [name for name in _failures(junit) if name.startswith(("bad node", "bad links"))]
