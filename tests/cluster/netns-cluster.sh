@@ -139,6 +139,10 @@ kill_node_processes() {
 cmd_down() {
     check_name_settings
     [[ $(id -u) -eq 0 ]] || die 3 "needs root"
+    # Slurm daemons on this cluster (tests/cluster/slurm-cluster.sh) go first
+    if [[ -d "$STATE/slurm" ]]; then
+        CB_CLUSTER_PREFIX=$PREFIX CB_CLUSTER_NET=$NET CB_CLUSTER_STATE=$STATE bash "$HERE/slurm-cluster.sh" down || true
+    fi
     # namespaces: those recorded, and any leftover PREFIX<k> (a run killed before recording)
     local ns
     for ns in $( { nodes; ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}[0-9]+$"; } | sort -u); do
