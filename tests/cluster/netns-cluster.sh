@@ -7,6 +7,7 @@
 #   tests/cluster/netns-cluster.sh up [-n 4] [--rate-mbit 1000]   create nodes cbn1..cbn4
 #                                                       (10.213.22.11..14), links of 1 Gbit/s
 #   tests/cluster/netns-cluster.sh run -- CMD ...       run CMD as the cluster's login host (env below)
+#   tests/cluster/netns-cluster.sh with [up options] -- CMD ...   up, run CMD, down (also on failure)
 #   tests/cluster/netns-cluster.sh exec NODE -- CMD ... run CMD on a node (its namespace and host name)
 #   tests/cluster/netns-cluster.sh slow NODE [--delay-us N] [--rate-mbit R]   impair a node's link
 #   tests/cluster/netns-cluster.sh slow-link A B [--delay-us N] [--rate-mbit R] impair one node pair
@@ -57,6 +58,18 @@ require_node() {
     grep -qx "$1" "$STATE/nodes" || die 2 "unknown node '$1' (nodes: $(nodes | paste -sd' '))"
 }
 
+# A kernel primitive the cluster is made of (namespace, bridge, veth, htb): when it fails this
+# machine cannot host the cluster (a container without CAP_NET_ADMIN, a kernel without the
+# module): undo, and exit 3 so tests skip with the reason. Other failures are errors.
+primitive() {
+    local err
+    if ! err=$("$@" 2>&1); then
+        trap - ERR
+        cmd_down >/dev/null 2>&1 || true
+        die 3 "cannot build the cluster here: '$*' failed: $err"
+    fi
+}
+
 cmd_up() {
     local n=4 rate_mbit=1000
     while [[ $# -gt 0 ]]; do
@@ -78,11 +91,9 @@ cmd_up() {
         die 3 "namespaces named ${PREFIX}<k> exist already (left by a killed run?); run: $0 down"
     mkdir -p "$STATE"
     echo "$rate_mbit" > "$STATE/rate_mbit"
-    : > "$STATE/created"   # what exists so far, so a failed `up` can be undone by `down`
     trap 'echo "netns-cluster: up failed; removing what it made" >&2; cmd_down >/dev/null 2>&1 || true' ERR
 
-    ip link add "$BRIDGE" type bridge
-    echo "link $BRIDGE" >> "$STATE/created"
+    primitive ip link add "$BRIDGE" type bridge
     ip addr add "$NET.1/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     {
@@ -92,20 +103,18 @@ cmd_up() {
     local node
     for ((i = 1; i <= n; i++)); do
         node=$PREFIX$i
-        ip netns add "$node"
-        echo "netns $node" >> "$STATE/created"
+        primitive ip netns add "$node"
         echo "$node" >> "$STATE/nodes"
         # ip netns exec bind-mounts /etc/netns/<name>/hosts over /etc/hosts: names resolve per node
         mkdir -p "/etc/netns/$node"
         cp "$STATE/hosts" "/etc/netns/$node/hosts"
-        echo "etc /etc/netns/$node" >> "$STATE/created"
-        ip link add "$(host_veth "$node")" type veth peer name eth0 netns "$node"
+        primitive ip link add "$(host_veth "$node")" type veth peer name eth0 netns "$node"
         ip link set "$(host_veth "$node")" master "$BRIDGE" up
         ip -n "$node" addr add "$(node_addr "$node")/24" dev eth0
         ip -n "$node" link set lo up
         ip -n "$node" link set eth0 up
-        shape_dev "$node" eth0
-        shape_dev "" "$(host_veth "$node")"
+        primitive shape_dev "$node" eth0
+        primitive shape_dev "" "$(host_veth "$node")"
     done
     {
         echo "# source me: the environment of the cluster's login host ($n nodes)"
@@ -168,6 +177,22 @@ cmd_run() {
     source "$STATE/env"
     exec unshare --mount --propagation private -- /bin/sh -c \
         'mount --bind "$0" /etc/hosts && exec "$@"' "$STATE/hosts" "$@"
+}
+
+# up, CMD as the login host, down, whatever CMD does (a trap also covers Ctrl-C and kill):
+# a one-shot rehearsal that leaves nothing behind. Exits with CMD's status.
+cmd_with() {
+    local -a up_args=()
+    while [[ $# -gt 0 && "$1" != "--" ]]; do up_args+=("$1"); shift; done
+    [[ "${1:-}" == "--" ]] && shift
+    [[ $# -gt 0 ]] || usage
+    trap 'cmd_down >/dev/null 2>&1 || true' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    cmd_up "${up_args[@]}"
+    local rc=0
+    ( cmd_run "$@" ) || rc=$?
+    exit "$rc"
 }
 
 cmd_exec() {
@@ -308,6 +333,7 @@ case ${1:-} in
     up) shift; cmd_up "$@" ;;
     down) shift; cmd_down ;;
     run) shift; cmd_run "$@" ;;
+    with) shift; cmd_with "$@" ;;
     exec) shift; cmd_exec "$@" ;;
     slow) shift; cmd_slow "$@" ;;
     slow-link) shift; cmd_slow_link "$@" ;;
