@@ -43,7 +43,7 @@ def cli():
 def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...],
         only: tuple[str, ...]):
     """Run a suite: every Case measured, checked and stored in a run folder."""
-    from .orchestrate import run_suite
+    from .launch.orchestrate import run_suite
     from .suite import load_suite, parse_overrides
 
     overrides = _with_only(parse_overrides(sets), only)
@@ -63,13 +63,12 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
         sys.exit(130)
-    click.echo(f"run folder: {run_dir}")
-    from .orchestrate import run_exit_status
+    from .verdict import run_exit_status_all_ranks
 
-    status, why = run_exit_status(run_dir)
-    if status:
-        click.echo(f"commbench: exit {status}: {why}", err=True)
-        sys.exit(status)
+    code, summary = run_exit_status_all_ranks(run_dir)
+    click.echo(f"run folder: {run_dir}")
+    click.echo(f"commbench: {summary}")
+    sys.exit(code)
 
 
 def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
@@ -139,19 +138,42 @@ def info(as_json: bool):
     """GPUs, driver, CUDA, torch, NCCL, NVSHMEM, MPI versions, multicast capability."""
     import json
 
-    from . import sysinfo
+    from .sysinfo import machine
 
-    data = sysinfo.collect()
+    data = machine.collect()
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
-        from .info_view import format_info
+        from .sysinfo.view import format_info
 
         Console().print(format_info(data))
 
 
+@cli.group(name="import")
+def import_group():
+    """Turn other tools' outputs into run folders (then report, compare and accept work on them)."""
+
+
+@import_group.command("nccl-tests")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="run folder to create; must not exist or be empty (default results/<UTC time>-nccl-tests)")
+@click.option("--bench", default="nccl-tests", show_default=True,
+              help="benchmark name the rows (and their case ids) carry, as a suite's `name:` would")
+def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str):
+    """nccl-tests outputs (printed tables or -J JSON, several files) -> one run folder (docs/import.md)."""
+    from collections import Counter
+
+    from .analysis.import_nccl_tests import import_files
+
+    folder, rows = import_files(files, out, bench=bench)
+    counts = ", ".join(f"{n} {s}" for s, n in Counter(r["status"] for r in rows).items())
+    click.echo(f"imported {len(rows)} rows ({counts}) from {len(files)} file(s)")
+    click.echo(f"run folder: {folder}")
+
+
 def _add_report_commands() -> None:
-    from .report.commands import accept_cmd, compare_cmd, report_cmd
+    from .analysis.commands import accept_cmd, compare_cmd, report_cmd
 
     cli.add_command(report_cmd, "report")
     cli.add_command(compare_cmd, "compare")

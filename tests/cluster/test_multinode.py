@@ -27,7 +27,7 @@ SLOW_DELAY_US = 200
 
 
 def _load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from commbench.report.load import load_run
+    from commbench.runfolder.reader import load_run
 
     run = load_run(run_dir)
     return run.results, run.samples
@@ -58,7 +58,7 @@ def _run_pairs(cluster, out: Path, rng) -> tuple[int, str]:
 
 
 def test_agent_starts_ranks_in_their_node_and_traffic_crosses_the_bridge(healthy):
-    from commbench.launch import find_mpiexec
+    from commbench.launch.mpiexec import find_mpiexec
 
     probe = ("import json, socket; from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; "
              "h = socket.gethostname(); a = np.ones(1 << 20); b = np.empty_like(a); c.Allreduce(a, b); "

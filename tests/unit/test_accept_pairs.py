@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commbench.accept import evaluate, placement_verdicts
-from commbench.accept_rules import RulesError, load_rules
 from commbench.analysis.accept.pairs import compare_pairs
-from commbench.report.load import Run
+from commbench.analysis.accept.rules import RulesError, load_rules
+from commbench.analysis.accept.verdict import evaluate, placement_verdicts
+from commbench.runfolder.reader import Run
 
 NODES = ["node-1", "node-2", "node-3", "node-4", "node-5"]  # hyphens: names are split on ',' only
 # a rule file needs a rule; this one selects nothing and is optional
@@ -112,7 +112,7 @@ def test_the_per_node_z_threshold_comes_from_the_rules(tmp_path):
 
 
 def test_a_lost_host_is_read_from_the_launcher_output(tmp_path):
-    from commbench.orchestrate import _hosts_the_launcher_lost
+    from commbench.launch.failure_hosts import hosts_the_launcher_lost as _hosts_the_launcher_lost
 
     log = tmp_path / "launch.log"
     log.write_text(textwrap.dedent("""\

@@ -1,0 +1,106 @@
+"""Report tables as plain DataFrames: summary, per-op points, warnings, metadata."""
+from __future__ import annotations
+
+import pandas as pd
+
+from commbench.units import format_size
+
+# A point is unstable when its p90 is more than this factor above its median:
+# the median then hides a tail a user would feel (pyperf warns at std > 10% of the mean).
+UNSTABLE_P90_OVER_MEDIAN = 1.25
+# "Small message" latency is read at the largest measured size up to this many bytes.
+SMALL_MESSAGE_BYTES = 1024
+GROUP = ["op", "backend", "variant"]
+META_KEYS = ("suite", "started_utc", "finished_utc", "command", "commbench_version",
+             "git_revision", "hosts", "gpus", "driver", "cuda", "torch", "nccl", "nvshmem",
+             "mpi", "topology", "multicast_supported")
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"] if "status" in df.columns else df.iloc[0:0]
+
+
+def _group_cols(df: pd.DataFrame, with_run: bool) -> list[str]:
+    cols = (["run"] if with_run and "run" in df.columns else []) + [c for c in GROUP if c in df.columns]
+    for extra in ("dtype", "world_size", "in_place", "timing"):
+        if extra in df.columns and df[extra].astype(str).nunique() > 1:
+            cols.append(extra)
+    return cols
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (run, op, backend, variant): best busbw with its size, and small-message latency."""
+    ok = _ok(df)
+    cols = _group_cols(df, with_run=True)
+    out = []
+    for key, g in ok.groupby(cols, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        rec = dict(zip(cols, key))
+        best = g.loc[g["busbw_gbps"].idxmax()] if g["busbw_gbps"].notna().any() else None
+        rec["best_busbw_gbps"] = round(float(best["busbw_gbps"]), 2) if best is not None else None
+        rec["at_size"] = format_size(int(best["size_bytes"])) if best is not None else ""
+        small = g[g["size_bytes"] <= SMALL_MESSAGE_BYTES]
+        if small.empty:
+            small = g[g["size_bytes"] == g["size_bytes"].min()]
+        row = small.loc[small["size_bytes"].idxmax()]
+        rec["small_msg_time_us"] = round(float(row["time_us"]), 2)
+        rec["small_msg_size"] = format_size(int(row["size_bytes"]))
+        rec["points_ok"] = len(g)
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def points(df: pd.DataFrame) -> pd.DataFrame:
+    """All rows in reading order with sizes as labels (the 'tables' section)."""
+    cols = [c for c in ("run", "op", "backend", "variant", "dtype", "in_place", "world_size", "timing")
+            if c in df.columns]
+    shown = cols + ["size", "time_us", "time_us_p90", "algbw_gbps", "busbw_gbps", "wrong", "status"]
+    out = df.sort_values(cols + ["size_bytes"]).copy()
+    out["size"] = out["size_bytes"].map(lambda s: format_size(int(s)) if pd.notna(s) else "")
+    return out[[c for c in shown if c in out.columns]].reset_index(drop=True)
+
+
+def unstable(df: pd.DataFrame, factor: float = UNSTABLE_P90_OVER_MEDIAN) -> pd.DataFrame:
+    """ok rows whose p90 exceeds factor x median time."""
+    ok = _ok(df)
+    if ok.empty or "time_us_p90" not in ok.columns:
+        return ok.iloc[0:0]
+    bad = ok[(ok["time_us"] > 0) & (ok["time_us_p90"] > factor * ok["time_us"])].copy()
+    bad["p90_over_median"] = (bad["time_us_p90"] / bad["time_us"]).round(2)
+    return _brief(bad, ["time_us", "time_us_p90", "p90_over_median"])
+
+
+def wrong_rows(df: pd.DataFrame) -> pd.DataFrame:
+    if "wrong" not in df.columns:
+        return df.iloc[0:0]
+    return _brief(df[df["wrong"] > 0], ["wrong", "status", "reason"])
+
+
+def not_ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Every skipped, failed and timeout row, with its reason."""
+    if "status" not in df.columns:
+        return df.iloc[0:0]
+    return _brief(df[df["status"].isin(["skipped", "failed", "timeout"])], ["status", "reason"])
+
+
+def _brief(df: pd.DataFrame, tail: list[str]) -> pd.DataFrame:
+    head = [c for c in ("run", "op", "backend", "variant", "dtype", "world_size") if c in df.columns]
+    out = df.copy()
+    out["size"] = out["size_bytes"].map(lambda s: format_size(int(s)) if pd.notna(s) else "")
+    return out[head + ["size"] + [c for c in tail if c in out.columns]].reset_index(drop=True)
+
+
+def metadata(meta: dict) -> pd.DataFrame:
+    """Run metadata as (field, value) rows, plus the filtered environment."""
+    rows = []
+    for key in META_KEYS:
+        if key in meta and meta[key] not in (None, "", [], {}):
+            value = meta[key]
+            rows.append((key, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
+    for k, v in sorted((meta.get("env") or {}).items()):
+        rows.append((f"env {k}", str(v)))
+    for launch in meta.get("launches") or []:
+        rows.append((f"launch {launch.get('id')}",
+                     f"ranks={launch.get('ranks')} status={launch.get('status')} "
+                     f"wall_s={launch.get('wall_s')} {launch.get('reason') or ''}".strip()))
+    return pd.DataFrame(rows, columns=["field", "value"])

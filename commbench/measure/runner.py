@@ -1,0 +1,230 @@
+"""The measurement protocol, run in every rank: set up, warm up, time, check, reduce, record.
+
+Phases that can fail on one rank only (setup, timing, check) end with an
+agreement over MPI, so every rank takes the same branch and none waits in a
+collective that its peers have abandoned.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .. import metrics
+from ..errors import SkipCase
+from ..families import get_family
+from ..families.base import Case, RankContext
+from ..launch import safety
+from ..runfolder import RunFolder, case_row
+from ..world import World
+from . import native_loop, timing
+from .state import CaseState
+
+
+class _PhaseFailed(Exception):
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def _agree(world: World, fn, undo=None):
+    """Run fn on every rank; if any rank raised, every rank raises the same _PhaseFailed.
+
+    ``undo(result)`` releases what fn built on a rank that succeeded while another failed."""
+    result, outcome = None, ("ok", "")
+    try:
+        result = fn()
+    except SkipCase as exc:
+        outcome = ("skipped", str(exc))
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a failed row, the run goes on
+        outcome = ("failed", f"{type(exc).__name__}: {exc}")
+        traceback.print_exc()
+    outcomes = world.allgather(outcome)
+    for rank, (status, reason) in enumerate(outcomes):
+        if status != "ok":
+            if result is not None and undo is not None:
+                undo(result)
+            raise _PhaseFailed(status, f"rank {rank}: {reason}" if world.size > 1 else reason)
+    return result
+
+
+def select_device(world: World, cases: list[Case]) -> str:
+    """Bind this rank to local GPU (local_rank mod GPUs) when any Case needs one."""
+    if not any(get_family(c.family).needs_gpu for c in cases):
+        return "cpu"
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    idx = world.local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(idx)
+    return f"cuda:{idx}"
+
+
+def base_row(case: Case, world: World, log: str) -> dict:
+    return case_row(case, world_size=world.size, num_nodes=world.num_nodes,
+                    ranks_per_node=world.local_size, log=log)
+
+
+def _time(fam, case: Case, state: CaseState, world: World) -> tuple[list[float], str]:
+    if state.measure is not None:  # the op times itself (in-kernel clock, proxy round trips)
+        return list(state.measure(case.warmup, case.iters)), state.timing_label or "kernel"
+    stream = state.stream
+    mode = case.timing
+    if stream is None:
+        mode = "host"
+    elif mode in ("auto", "host"):
+        mode = "events"
+    if state.native is not None and mode in native_loop.TIMERS:
+        handle = stream.cuda_stream
+        stream.synchronize()
+        native_loop.warm_up(state.native, handle, case.warmup)
+        return native_loop.TIMERS[mode](state.native, handle, case.iters, world.barrier), mode
+    run = lambda: fam.run(state)  # noqa: E731
+    if mode == "host":
+        for _ in range(case.warmup):
+            run()
+        return timing.time_host(run, case.iters, world.barrier), mode
+    import torch
+
+    with torch.cuda.stream(stream):
+        for _ in range(case.warmup):
+            run()
+    stream.synchronize()
+    return timing.TIMERS[mode](run, stream, case.iters, world.barrier), mode
+
+
+def _setup(fam, case: Case, ctx: RankContext) -> CaseState:
+    state = fam.setup(case, ctx)
+    if not isinstance(state, CaseState):
+        raise TypeError(f"family {fam.name!r}: setup returned {type(state).__name__}; it must return a "
+                        f"commbench.measure.state.CaseState (docs/families.md)")
+    return state
+
+
+def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dict]]:
+    """Measure one Case on every rank. Returns (row, samples) meaningful on rank 0."""
+    world = ctx.world
+    fam = get_family(case.family)
+    row = base_row(case, world, log)
+    reason = fam.unsupported(case)
+    if reason:
+        row.update(status="skipped", reason=reason)
+        return row, []
+    state = None
+    try:
+        state = _agree(world, lambda: _setup(fam, case, ctx), undo=lambda st: _teardown(fam, st))
+        tampered = _tampered(world, safety.active_kill_switches())
+        if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
+            raise _PhaseFailed("failed", tampered)
+        samples, mode = _agree(world, lambda: _time(fam, case, state, world))
+        wrong_local = _agree(world, lambda: int(fam.check(state)))
+    except _PhaseFailed as exc:
+        row.update(status=exc.status, reason=exc.reason)
+        _teardown(fam, state)
+        return row, []
+    wrong = world.sum_int(wrong_local)
+    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
+    extra = dict(state.extra)
+    if state.stream is not None and state.measure is None:  # which loop enqueued the timed ops
+        extra.setdefault("timed_loop", "native" if state.native is not None else "python")
+    row["size_bytes"] = state.size_bytes if state.size_bytes is not None else case.size_bytes
+    row["count"] = state.count
+    from_time = state.columns_from_time
+    _teardown(fam, state)
+    if not world.is_root:
+        return row, []
+    per_iter = [max(vals) for vals in zip(*(g[3] for g in gathered))]
+    stats = metrics.summarize(per_iter)
+    traffic = fam.traffic(case, world.size)
+    algbw = metrics.gbps(traffic.algbw_bytes, stats["time_us"])
+    row.update(stats, timing=mode, algbw_gbps=algbw, busbw_gbps=algbw * traffic.bus_factor,
+               wrong=wrong, **extra)
+    if from_time is not None and row["time_us"]:
+        row.update(from_time(row["time_us"]))
+    if wrong:
+        row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
+    sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
+                    "time_us": t} for r, h, dev, ts in gathered for i, t in enumerate(ts)]
+    return row, sample_rows
+
+
+def _teardown(fam, state) -> None:
+    if state is not None:
+        try:
+            fam.teardown(state)
+        except Exception:  # noqa: BLE001 - teardown problems must not lose the measured row
+            traceback.print_exc()
+    release_cached_memory()
+
+
+def release_cached_memory() -> None:
+    """Give cached device memory back between Cases: torch's and cupy's pools would otherwise
+    keep a large Case's buffers and starve the next Case's non-pooled allocations (NCCL, IPC).
+    (No gc.collect: with torch loaded it costs ~150 ms per Case; buffers go by reference count.)"""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+class Progress:
+    """Rank 0 writes one JSON line per Case start/end; the parent process watches it."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def emit(self, event: str, case: Case, **kw) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"event": event, "case_id": case.case_id, "t": time.time(), **kw}) + "\n")
+            fh.flush()
+
+
+def _tampered(world: World, seen: dict) -> str | None:
+    """The first rank's reason to refuse measuring (kill switches differ from what the launch set)."""
+    reasons = world.allgather(safety.switch_tamper(seen, safety.expected_switches()))
+    for rank, reason in enumerate(reasons):
+        if reason:
+            return f"rank {rank}: {reason}" if world.size > 1 else reason
+    return None
+
+
+def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
+              progress: Progress | None = None, on_row=None, switches_at_start: dict | None = None) -> None:
+    """Run Cases in order on this rank; rank 0 stores each row as soon as it is measured.
+
+    Before the first Case and after every Case's set-up, each rank compares the multicast kill
+    switches it sees with what its launch set; any difference fails the Case unmeasured."""
+    at_start = safety.active_kill_switches() if switches_at_start is None else switches_at_start
+    refused = _tampered(world, at_start) or _tampered(world, safety.active_kill_switches())
+    ctx = RankContext(world=world, device="cpu" if refused else select_device(world, cases))
+    progress = progress if (progress and world.is_root) else Progress(None)
+    try:
+        for case in cases:
+            progress.emit("start", case)
+            if refused:
+                row, samples = base_row(case, world, log), []
+                row.update(status="failed", reason=refused)
+            else:
+                row, samples = measure_case(case, ctx, log)
+            if world.is_root:
+                folder.append_row(row)
+                if samples:
+                    folder.append_samples(samples)
+                if on_row:
+                    on_row(row)
+            progress.emit("done", case, status=row["status"])
+    finally:
+        for fn in reversed(ctx.closers):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - best-effort cleanup
+                traceback.print_exc()
