@@ -1,19 +1,22 @@
 """Repeat the acceptance rehearsal on a namespace cluster and count how often accept is right.
 
     sudo python tests/cluster/rehearse.py --repeat 10 [--seed 1] [--rate-mbit 100] [--delay-us 200]
-        [--report docs/cluster-testbed-runs.md]
+        [--report runs.md] [--keep DIR]
 
 Each repetition, with its own seed (node order, so the pairwise rounds and launch order change,
 and which node or link is impaired): a healthy run of the whole CPU twin suite (accept must pass,
 no node or link blamed), one node slowed (accept must name exactly that node), one link slowed
 (accept must name exactly that link). Prints one line per run and a summary; --report writes
-them as a Markdown table. Exit 0 when every run was judged right, 1 otherwise.
+them as a Markdown table; --keep keeps the run folders (to judge them again with other rules:
+`commbench accept DIR/<run>/run --rules FILE`). Exit 0 when every run was judged right, 1
+otherwise; the cluster is torn down on any exit, Ctrl-C and SIGTERM included.
 """
 from __future__ import annotations
 
 import argparse
 import random
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -75,6 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--report", type=Path, help="write the runs as a Markdown table here")
     ap.add_argument("--prefix", default="cbr", help="cluster name prefix (not the tests' cbt)")
     ap.add_argument("--net", default="10.213.24")
+    ap.add_argument("--keep", type=Path, help="keep every run folder under this folder")
     args = ap.parse_args(argv)
     reason = why_unavailable()
     if reason:
@@ -83,11 +87,18 @@ def main(argv=None) -> int:
     impair = {k: v for k, v in (("rate_mbit", args.rate_mbit), ("delay_us", args.delay_us)) if v}
     cluster = Cluster(prefix=args.prefix, net=args.net)
     rows = []
+
+    def stop(signum, frame):  # SIGTERM (and SIGINT, which a background job ignores) tear down too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         cluster.up()
         with tempfile.TemporaryDirectory(prefix="rehearse-") as tmp:
+            work = args.keep or Path(tmp)
             for k in range(args.repeat):
-                rows += repetition(cluster, args.seed + k, impair, Path(tmp))
+                rows += repetition(cluster, args.seed + k, impair, work)
     finally:
         cluster.down()
     summary = {}

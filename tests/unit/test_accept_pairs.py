@@ -126,3 +126,14 @@ def test_a_lost_host_is_read_from_the_launcher_output(tmp_path):
     log.write_text("=== launch 1 attempt 0\nPRTE has lost communication with a remote daemon.\n"
                    "  Remote daemon: [prterun-vm-1@0,2] on node n7\n")
     assert _hosts_the_launcher_lost(log, ["n1", "n7"]) == ["n7"]
+
+
+def test_the_time_floor_ignores_jitter_of_tiny_messages_but_not_a_delay():
+    # small MPI messages: 14 us, but some launches land at ~50 us (3.6x) for all their points
+    jitter = _rows(lambda a, b, bench: 3.6 if (a, b) == ("node-1", "node-2") else 1.0)
+    lat = jitter[jitter.bench == "lat"]
+    assert compare_pairs(lat, "time_us_min", 100, 0.6).flagged.any()  # ratio alone: a false link
+    assert not compare_pairs(lat, "time_us_min", 100, 0.6, min_excess_us=150).flagged.any()
+    delayed = lat.copy()
+    delayed.loc[delayed.hosts == "node-1,node-2", "time_us_min"] += 400  # +200 us per packet, 2 hops
+    assert compare_pairs(delayed, "time_us_min", 100, 0.6, min_excess_us=150).flagged.sum() == 1

@@ -6,8 +6,10 @@ a slow link makes its one pair slower. Per measured point (bench, op, backend, v
 size) the reference is the median time of the fastest third of the pairs (at least one pair):
 with n >= 3 nodes a bad node is in 2/n of the pairs, so the fastest third are healthy pairs.
 
-A pair is slow in a bench when it is at least ``min_excess_pct`` slower than the reference in
-at least ``min_share`` of that bench's points. Per bench, because a bench groups like points: a
+A pair is slow at a point when it is at least ``min_excess_pct`` and ``min_excess_us`` slower
+than the reference, and slow in a bench when so in at least ``min_share`` of the bench's points.
+The time floor keeps jitter of a few tens of microseconds (a rank losing its core for a moment)
+from counting as a slow link where a small message takes a few microseconds. Per bench, because a bench groups like points: a
 lower rate shows at large sizes, a longer per-packet delay at small ones, so a suite measures
 the two in two benches (suites/acceptance-multinode-cpu.yaml).
 """
@@ -36,9 +38,10 @@ def _point_label(key: dict) -> str:
     return " ".join(str(p) for p in parts if p is not None and str(p) != "nan")
 
 
-def compare_pairs(pair_rows: pd.DataFrame, metric: str, min_excess_pct: float,
-                  min_share: float) -> pd.DataFrame:
-    """One row per (pair, bench): how many of its points are ``min_excess_pct`` slower than the
+def compare_pairs(pair_rows: pd.DataFrame, metric: str, min_excess_pct: float, min_share: float,
+                  min_excess_us: float = 0.0) -> pd.DataFrame:
+    """One row per (pair, bench): how many of its points are ``min_excess_pct`` (and
+    ``min_excess_us``) slower than the
     fastest third of the pairs, the median excess, the worst point, and whether it is flagged."""
     if pair_rows.empty or metric not in pair_rows.columns:
         return pd.DataFrame(columns=COLUMNS)
@@ -60,7 +63,8 @@ def compare_pairs(pair_rows: pd.DataFrame, metric: str, min_excess_pct: float,
         for hosts, t in per_pair.items():
             excess = (float(t) / reference - 1.0) * 100.0
             recs.append({"hosts": ",".join(pair_key(hosts)), "bench": bench, "point": point,
-                         "excess_pct": excess, "slow": excess >= min_excess_pct})
+                         "excess_pct": excess,
+                         "slow": excess >= min_excess_pct and float(t) - reference >= min_excess_us})
     if not recs:
         return pd.DataFrame(columns=COLUMNS)
     per_point = pd.DataFrame(recs)

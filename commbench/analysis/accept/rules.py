@@ -39,7 +39,7 @@ KNOWN_COLUMNS = {
     "busbw_gbps", "wrong", "status", "reason", "log",
     # family columns named in docs/results.md: a rule on them simply matches no rows elsewhere
     "nccl_algo", "nccl_proto", "tokens_per_s", "transport"}
-LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold", "pair_metric"}
+LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold", "pair_metric", "pair_min_excess_us"}
 PAIR_METRICS = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
 
 
@@ -75,6 +75,7 @@ class LocalizeSettings:
     min_share: float = 0.75  # ...in at least this share of the cases it appears in
     z_threshold: float = 3.5  # robust z (median/MAD) above which a host is an outlier
     pair_metric: str = "time_us"  # the time pairwise rounds are compared by (analysis/accept/pairs.py)
+    pair_min_excess_us: float = 0.0  # ...and how much slower a pair's point must be, in us, to count
 
 
 @dataclass

@@ -174,7 +174,8 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
                 why[key] = "fails " + ", ".join(v.check for v in verdicts if not v.passed)
         if ruleset.localize is not None:  # and the pairs against each other (analysis/accept/pairs.py)
             metric = ruleset.localize.pair_metric
-            table = compare_pairs(pairs, metric, ruleset.localize.min_excess_pct, ruleset.localize.min_share)
+            loc = ruleset.localize
+            table = compare_pairs(pairs, metric, loc.min_excess_pct, loc.min_share, loc.pair_min_excess_us)
             for key, text in slow_pair_reasons(table, metric).items():
                 passed[key] = False
                 why[key] = f"{why[key]}; {text}" if key in why else text
@@ -220,7 +221,8 @@ def _with_pair_findings(findings: pd.DataFrame, run: Run, ruleset: RuleSet) -> p
         return findings
     pairs = df[df["hosts"].notna() & df["hosts"].astype(str).str.contains(",")]
     loc = ruleset.localize
-    extra = as_findings(compare_pairs(pairs, loc.pair_metric, loc.min_excess_pct, loc.min_share))
+    extra = as_findings(compare_pairs(pairs, loc.pair_metric, loc.min_excess_pct, loc.min_share,
+                                      loc.pair_min_excess_us))
     if extra.empty:
         return findings
     return extra if findings.empty else pd.concat([findings, extra], ignore_index=True)
