@@ -30,7 +30,7 @@ NET=${CB_CLUSTER_NET:-10.213.22}
 STATE=${CB_CLUSTER_STATE:-/tmp/commbench-cluster-$PREFIX}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BRIDGE=${PREFIX}br
-# Link rates without an impairment: far above what veths carry, so the default class never limits.
+# The "line rate" of `up --rate-mbit 0`: far above what veths carry, so nothing is shaped.
 FAST_RATE=100gbit
 
 die() { echo "netns-cluster: $2" >&2; exit "$1"; }
@@ -325,7 +325,8 @@ cmd_status() {
         printf '  %-10s %-15s %-5s %s processes\n' "$node" "$(node_addr "$node")" "$state" \
             "$(ip netns pids "$node" 2>/dev/null | wc -l)"
     done
-    echo "impairments:"; sed 's/^/  /' "$STATE/impairments" 2>/dev/null || echo "  none"
+    echo "impairments:"
+    if [[ -s "$STATE/impairments" ]]; then sed 's/^/  /' "$STATE/impairments"; else echo "  none"; fi
 }
 
 check_name_settings
