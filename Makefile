@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint system-deps venv clean
+.PHONY: demo test lint system-deps venv clean cluster-deps
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -34,6 +34,25 @@ system-deps:
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } || \
 	  echo "chromium not installed: the browser test will be skipped"
+
+# System packages of the multi-node test bed (tests/cluster, docs/cluster-testbed.md): network
+# namespaces need iproute2 (ip, tc) and util-linux; the Slurm part needs slurm-wlm and munge.
+# Installed once (a stamp in .venv), only as root with apt-get; elsewhere it says why and goes on
+# (the cluster tests then skip with their reason).
+CLUSTER_STAMP := $(VENV)/.cluster-deps
+cluster-deps: $(CLUSTER_STAMP)
+
+$(CLUSTER_STAMP): $(STAMP)   # after the venv: its folder holds the stamp
+	@if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+		echo "cluster-deps: not root or no apt-get: skipped (tests/cluster will skip)"; \
+	elif DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			iproute2 util-linux slurm-wlm munge >/dev/null 2>&1 || \
+		 { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+			--no-install-recommends iproute2 util-linux slurm-wlm munge >/dev/null 2>&1; }; then \
+		touch $@; \
+	else \
+		echo "cluster-deps: apt-get could not install iproute2 slurm-wlm munge: skipped"; \
+	fi
 
 clean:
 	rm -rf $(VENV) results/*-quickstart*

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..runfolder import RunFolder
 from ..suite import load_suite
 from ..world import inside_mpi_job
+from .failure_hosts import on_hosts
 from .finish import finish
 from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, record_unsupported, resume_meta,
                       settled_row, write_plan)
@@ -89,6 +90,7 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
             reason = (f"no progress for {by_id[victim].timeout_s:.0f} s; launch killed, rank stacks in "
                       f"logs/launch-{launch.launch_id}.rank*.stacks.txt"
                       if status == "timeout" else f"ranks exited with status {out.returncode}")
+            reason += on_hosts(folder.path, launch)
             folder.append_row(settled_row(by_id[victim], status, f"{reason} (log {log}): {tail}", log, launch.ranks))
             display.event({"event": "done", "case_id": victim, "status": status})
             finished.add(victim)
@@ -96,7 +98,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         elif not killed and (out.returncode != 0 or len(finished) < len(pending)):
             # died before any Case started (bad environment, MPI failure): every pending Case fails
             tail = _log_tail(folder.path / log)
-            reason = f"launch failed with status {out.returncode} before finishing its Cases (log {log}): {tail}"
+            reason = (f"launch failed with status {out.returncode}{on_hosts(folder.path, launch)} before "
+                      f"finishing its Cases (log {log}): {tail}")
             for cid in pending:
                 if cid not in finished:
                     folder.append_row(settled_row(by_id[cid], "failed", reason, log, launch.ranks))

@@ -34,8 +34,9 @@ NESTED_KEYS = {"checks", "localize", "require_all_ok"}
 SIZE_COLUMNS = {"size_bytes"}
 # Columns every run has and the family columns docs/results.md names; other columns are
 # checked against the data.
-KNOWN_COLUMNS = set(COLUMNS) | set(FAMILY_COLUMNS)
-LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold"}
+KNOWN_COLUMNS = set(COLUMNS) | set(FAMILY_COLUMNS) | {"nccl_algo", "nccl_proto", "tokens_per_s", "transport"}
+LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold", "pair_metric", "pair_min_excess_us"}
+PAIR_METRICS = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
 
 
 class RulesError(CommbenchError):
@@ -69,6 +70,8 @@ class LocalizeSettings:
     min_excess_pct: float = 10.0  # a host must be this much slower than the others' median
     min_share: float = 0.75  # ...in at least this share of the cases it appears in
     z_threshold: float = 3.5  # robust z (median/MAD) above which a host is an outlier
+    pair_metric: str = "time_us"  # the time pairwise rounds are compared by (analysis/accept/pairs.py)
+    pair_min_excess_us: float = 0.0  # ...and how much slower a pair's point must be, in us, to count
 
 
 @dataclass
@@ -192,6 +195,12 @@ def _localize(raw: Any, path: Path, line: int) -> LocalizeSettings | None:
         raise _fail(path, line, "localize", f"expected true or a mapping with {sorted(LOCALIZE_KEYS)}")
     kwargs = {}
     for k, v in raw.items():
+        if k == "pair_metric":
+            if v not in PAIR_METRICS:
+                raise _fail(path, raw.key_lines.get(k, line), "localize.pair_metric",
+                            f"expected one of {', '.join(PAIR_METRICS)}, got {v!r}")
+            kwargs[k] = v
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise _fail(path, raw.key_lines.get(k, line), f"localize.{k}", "expected a number >= 0")
         kwargs[k] = float(v)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .localize import blame_pairs, host_outliers, slow_from_samples
+from .pairs import as_findings, compare_pairs, pair_key, slow_pair_reasons
 from .rules import Rule, RuleSet, check_columns
 from commbench.runfolder.reader import Run
 from commbench.runfolder.schema import TIME_COLUMNS
@@ -158,27 +159,43 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
     placed = df[df["hosts"].notna() & (df["hosts"].astype(str) != "")]
     pairs = placed[placed["hosts"].astype(str).str.contains(",")]
     if not pairs.empty:
-        passed = {}
+        passed, why = {}, {}
         for hosts, rows in pairs.groupby("hosts"):
             sub = dataclasses.replace(run, results=rows)
-            wrong = pd.to_numeric(rows["wrong"], errors="coerce").fillna(0) if "wrong" in rows else pd.Series([0])
-            ok = rows["status"].eq("ok").all() and not (wrong > 0).any()
+            wrong = (pd.to_numeric(rows["wrong"], errors="coerce").fillna(0) if "wrong" in rows
+                     else pd.Series(0, index=rows.index))
+            rows_ok = rows["status"].eq("ok").all() and not (wrong > 0).any()
             verdicts = [evaluate_rule(r, sub, baseline) for r in ruleset.rules if not select(rows, r).empty]
-            ok = ok and all(v.passed for v in verdicts)
-            passed[tuple(str(hosts).split(","))] = bool(ok)
+            key = pair_key(hosts)
+            passed[key] = bool(rows_ok and all(v.passed for v in verdicts))
+            if not rows_ok:
+                bad = rows["status"].ne("ok") | (wrong > 0)
+                why[key] = f"{int(bad.sum())} row(s) not ok ({', '.join(sorted(set(rows.loc[bad, 'status'])))})"
+            elif not passed[key]:
+                why[key] = "fails " + ", ".join(v.check for v in verdicts if not v.passed)
+        if ruleset.localize is not None:  # and the pairs against each other (analysis/accept/pairs.py)
+            metric = ruleset.localize.pair_metric
+            loc = ruleset.localize
+            table = compare_pairs(pairs, metric, loc.min_excess_pct, loc.min_share, loc.pair_min_excess_us)
+            for key, text in slow_pair_reasons(table, metric).items():
+                passed[key] = False
+                why[key] = f"{why[key]}; {text}" if key in why else text
         blame = blame_pairs(passed)
+        detail = "; ".join(f"{'-'.join(p)}: {why[p]}" for p in blame["links"] if p in why)
+        reason = f"{blame['why']} ({detail})" if detail else blame["why"]
         if blame["node"] is not None:
             out.append(Verdict(f"bad node {blame['node']}", "node", False, f"{len(blame['links'])} failing pair(s)",
-                               "every pair passes", blame["why"]))
+                               "every pair passes", reason))
         elif blame["links"]:
             links = ", ".join("-".join(p) for p in blame["links"])
-            out.append(Verdict("bad links", "node", False, links, "every pair passes", blame["why"]))
+            out.append(Verdict(f"bad links {links}", "node", False, links, "every pair passes", reason))
     single = placed[~placed["hosts"].astype(str).str.contains(",")]
     if "host" in single.columns and single["host"].nunique() >= 3:
-        z = host_outliers(single)
+        z = host_outliers(single, z_threshold=ruleset.localize.z_threshold if ruleset.localize else 3.5)
         for rec in z[z["flagged"]].to_dict("records") if not z.empty else []:
             out.append(Verdict(f"slow host {rec['host']}", "node", False, f"robust z {rec['median_z']:.1f}",
-                               "robust z < 3.5", f"{rec['host']} is an outlier among the per-node runs"))
+                               f"robust z < {ruleset.localize.z_threshold if ruleset.localize else 3.5:g}",
+                               f"{rec['host']} is an outlier among the per-node runs"))
     return out
 
 
@@ -189,12 +206,27 @@ def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[l
     verdicts += row_verdicts(run, ruleset.require_all_ok)
     nodes, findings = node_verdicts(run, ruleset)
     nodes += placement_verdicts(run, ruleset, baseline)
+    findings = _with_pair_findings(findings, run, ruleset)
     suspects = ", ".join(v.check.split(" ", 2)[2] for v in nodes if v.check.startswith("slow host"))
     if suspects:
         for v in verdicts:
             if v.kind == "rule" and not v.passed:
                 v.reason += f"; suspect host(s): {suspects}"
     return verdicts + nodes, findings
+
+
+def _with_pair_findings(findings: pd.DataFrame, run: Run, ruleset: RuleSet) -> pd.DataFrame:
+    """The localisation table plus one line per (pair, bench) of the pairwise rounds."""
+    df = run.results
+    if ruleset.localize is None or "hosts" not in df.columns:
+        return findings
+    pairs = df[df["hosts"].notna() & df["hosts"].astype(str).str.contains(",")]
+    loc = ruleset.localize
+    extra = as_findings(compare_pairs(pairs, loc.pair_metric, loc.min_excess_pct, loc.min_share,
+                                      loc.pair_min_excess_us))
+    if extra.empty:
+        return findings
+    return extra if findings.empty else pd.concat([findings, extra], ignore_index=True)
 
 
 def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:

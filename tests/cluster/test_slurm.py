@@ -1,0 +1,83 @@
+"""`sbatch slurm/multi-node.sbatch` on a Slurm cluster of the namespace nodes (slurm-cluster.sh):
+slurmctld on the login host, one slurmd per node; rows, placements and the job's exit status."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.cluster.testbed import HERE, ROOT
+
+pytestmark = pytest.mark.cluster
+
+SLURM = HERE / "slurm-cluster.sh"
+
+
+@pytest.fixture(scope="module")
+def slurm(cluster):
+    env = {**os.environ, **cluster._env()}
+    up = subprocess.run(["bash", str(SLURM), "up"], env=env, capture_output=True, text=True, timeout=120)
+    if up.returncode == 3:
+        pytest.skip(f"Slurm test bed unavailable: {up.stderr.strip()}")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield cluster
+    finally:
+        subprocess.run(["bash", str(SLURM), "down"], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _sbatch(cluster, tmp_path: Path, suite: Path, mode: str) -> tuple[int, Path, str]:
+    """Submit the unmodified template for 4 nodes x 1 task, wait, return (job exit, run folder, job log)."""
+    out, log = tmp_path / "run", tmp_path / "job.out"
+    own = Path(sys.executable).parent / "commbench"
+    env = ["env", f"SUITE={suite}", f"OUT={out}", f"MODE={mode}",
+           f"PATH={Path(sys.executable).parent}:{os.environ.get('PATH', '')}"]
+    if own.exists() and not (ROOT / ".venv" / "bin" / "commbench").exists():
+        env.append(f"COMMBENCH={own}")
+    res = cluster.run([*env, "sbatch", "--wait", "--nodes=4", "--ntasks-per-node=1", "--cpus-per-task=1",
+                       "--gpus-per-node=0", "--time=10", f"--output={log}", "slurm/multi-node.sbatch"],
+                      timeout=660)
+    text = log.read_text() if log.exists() else ""
+    return res.returncode, out, res.stdout + res.stderr + text
+
+
+def test_ranks_mode_runs_the_cpu_suite_across_four_nodes(slurm, tmp_path):
+    rc, out, log = _sbatch(slurm, tmp_path, HERE / "suites" / "quickstart-4nodes.yaml", "ranks")
+    assert rc == 0, log[-3000:]
+    df = pd.read_csv(out / "results.csv")
+    assert len(df) == 28 and (df.status == "ok").all(), df[["op", "status", "reason"]]
+    assert (df.num_nodes == 4).all() and (df.world_size == 4).all()
+    assert sorted(pd.read_csv(out / "samples.csv").host.unique()) == slurm.nodes
+
+
+def test_orchestrate_mode_places_nodes_and_pairs_with_srun(slurm, tmp_path):
+    rc, out, log = _sbatch(slurm, tmp_path, HERE / "suites" / "pairs-4nodes.yaml", "orchestrate")
+    assert rc == 0, log[-3000:]
+    df = pd.read_csv(out / "results.csv")
+    assert (df.status == "ok").all(), df[["hosts", "status", "reason"]]
+    samples = pd.read_csv(out / "samples.csv")
+    where = samples.groupby("case_id").host.agg(lambda h: ",".join(sorted(set(h))))
+    assert (where[df.case_id].values == df.hosts.values).all()  # every launch ran where it says
+    assert sorted(df[df.bench == "node"].host) == slurm.nodes and df[df.bench == "pair"].hosts.nunique() == 6
+    assert "--nodelist=" in (out / "logs" / "launch-0.log").read_text()  # srun, not mpiexec
+
+
+def test_a_failed_case_fails_the_job(slurm, tmp_path):
+    suite = tmp_path / "crash.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: crash
+        defaults: {ranks: 4, ranks_per_node: 1, warmup: 1, iters: 3, sizes: [8B], timeout_s: 60}
+        benchmarks:
+          - {name: before, family: harness, ops: [barrier]}
+          - {name: crash, family: harness, ops: [crash]}
+          - {name: after, family: harness, ops: [barrier]}
+        """))
+    rc, out, log = _sbatch(slurm, tmp_path, suite, "orchestrate")
+    assert rc == 1, log[-3000:]
+    status = pd.read_csv(out / "results.csv").set_index("bench").status
+    assert status.to_dict() == {"before": "ok", "crash": "failed", "after": "ok"}
