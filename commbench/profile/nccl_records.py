@@ -91,11 +91,14 @@ class Task:
 
 def read_lines(path: Path) -> list[dict]:
     """Every complete JSON line of one plugin file (a line cut by a crash is dropped)."""
-    out = []
     try:
-        text = Path(path).read_text(errors="replace")
+        return parse_lines(Path(path).read_text(errors="replace"))
     except OSError:
-        return out
+        return []
+
+
+def parse_lines(text: str) -> list[dict]:
+    out = []
     for line in text.splitlines():
         line = line.strip()
         if not line:

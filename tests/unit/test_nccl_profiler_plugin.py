@@ -190,3 +190,63 @@ def test_plugin_without_output_folder_asks_for_nothing(plugin, tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.split() == ["0", "0", "1"]
     assert not list(tmp_path.glob("nccl-*.jsonl"))
+
+
+@needs_cxx
+def test_capture_in_a_rank_with_a_one_rank_communicator(plugin, tmp_path, monkeypatch):
+    """What a rank does on one GPU: NCCL loaded the plugin and made a 1-rank communicator (init),
+    which emits no task events; the Case's row must say "no events (1 rank)"."""
+    import ctypes
+
+    from commbench.profile import nccl_plugin
+
+    folder = tmp_path / "traces" / "nccl"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv(nccl_plugin.PLUGIN_ENV, str(plugin))
+    monkeypatch.setenv(nccl_plugin.ENV_DIR, str(folder))
+    monkeypatch.delenv(nccl_plugin.ENV_UNAVAILABLE, raising=False)
+    monkeypatch.setattr(nccl_plugin, "nccl_version_reason", lambda: None)
+    assert nccl_plugin._plugin_handle() is None          # not loaded yet: never loaded by us
+    lib = ctypes.CDLL(str(plugin), mode=ctypes.RTLD_GLOBAL)   # as NCCL's dlopen does
+
+    init_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64,
+                              ctypes.POINTER(ctypes.c_int), ctypes.c_char_p, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_void_p)
+    fini_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+    class Table(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("init", init_t), ("start", ctypes.c_void_p),
+                    ("stop", ctypes.c_void_p), ("record", ctypes.c_void_p), ("finalize", fini_t)]
+
+    table = Table.in_dll(lib, "ncclProfiler_v5")
+    ctx, mask = ctypes.c_void_p(), ctypes.c_int()
+    assert table.init(ctypes.byref(ctx), 42, ctypes.byref(mask), b"one", 1, 1, 0, None) == 0 and mask.value
+    try:
+        cap = nccl_plugin.NcclCapture("case1", iters=20)
+        assert cap.reason is None
+        cap.begin()
+        summary = cap.end()
+        assert summary["plugin_loaded"] and summary["marks"] and summary["tasks"] == 0
+        cols = nccl_plugin.case_columns([summary], world_size=1)
+        assert cols["profile_note"] == "no events (1 rank)"
+        # a second Case reads only what was added since the first
+        cap2 = nccl_plugin.NcclCapture("case2", iters=20)
+        cap2.begin()
+        assert cap2.end()["marks"]
+    finally:
+        table.finalize(ctx)
+    lines = nccl_records.read_lines(nccl_plugin.own_files(folder)[0])
+    assert [d["kind"] for d in lines] == ["init", "mark", "mark", "mark", "mark", "finalize"]
+
+
+def test_capture_says_why_when_unavailable(monkeypatch):
+    from commbench.profile import nccl_plugin
+
+    monkeypatch.setenv(nccl_plugin.ENV_UNAVAILABLE, "NCCL profiler plugin not built: no g++")
+    cap = nccl_plugin.NcclCapture("c", iters=5)
+    cap.begin()
+    cols = nccl_plugin.case_columns([cap.end()], world_size=2)
+    assert cols == {"profile_note": "NCCL profiler plugin not built: no g++"}
+    monkeypatch.delenv(nccl_plugin.ENV_UNAVAILABLE)
+    monkeypatch.delenv(nccl_plugin.ENV_DIR, raising=False)
+    assert nccl_plugin.NcclCapture("c", 5).reason == "NCCL profiler not set up for this launch"
