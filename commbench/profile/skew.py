@@ -1,0 +1,135 @@
+"""Per-iteration start and end of every rank on one clock; skew and the late rank (docs/profiling.md).
+
+A rank's *start* of iteration i is when it arrived at the op: with host timing,
+the stamp just before it entered the op; with CUDA events, the later of "its
+stream was free" (the batch's first event, anchored to the host clock when it was
+recorded on an idle stream, plus the event times of the iterations before) and
+"its host enqueued the op" (a rank whose host is late starves its GPU). A rank's
+*end* is when the op returned (host) or its end event fired (events). With
+``--profile nccl`` the first kernel channel's GPU start and the last one's end,
+put on the host clock by the plugin, replace the events estimate.
+
+Per iteration: skew = latest start - earliest start on rank 0's clock; the late
+rank is the one that started last. Per Case: ``skew_us`` is the median skew,
+``late_rank`` the rank most often last, ``late_share`` how often it was.
+
+``COMMBENCH_INJECT_DELAY=RANK:US`` makes RANK wait US microseconds (busy, so
+it is exact) before each timed op: a straggler on purpose, to check the above.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections import Counter
+
+INJECT_ENV = "COMMBENCH_INJECT_DELAY"
+
+
+def injected_delay_ns(rank: int, env: dict | None = None) -> int:
+    """Delay to add before each timed op on ``rank`` (0 unless COMMBENCH_INJECT_DELAY names it)."""
+    spec = (env if env is not None else os.environ).get(INJECT_ENV, "")
+    if not spec:
+        return 0
+    who, _, us = spec.partition(":")
+    try:
+        return int(float(us) * 1e3) if int(who) == rank else 0
+    except ValueError:
+        return 0
+
+
+def _spin(ns: int) -> None:
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
+class Arrivals:
+    """Wraps a Case's timed op: stamps before and after each call (and injects a delay if asked)."""
+
+    def __init__(self, rank: int):
+        self.delay_ns = injected_delay_ns(rank)
+        self.before: list[int] = []
+        self.after: list[int] = []
+
+    def wrap(self, run):
+        before, after, delay = self.before, self.after, self.delay_ns
+        clock = time.perf_counter_ns
+
+        def op():
+            if delay:
+                _spin(delay)
+            before.append(clock())
+            run()
+            after.append(clock())
+        return op
+
+    def timeline(self, mode: str, samples_us: list[float]) -> tuple[list[tuple[int, int]], str] | None:
+        """[(start_ns, end_ns)] per timed iteration on this rank's clock, and how it was found."""
+        n = len(samples_us)
+        if n == 0 or len(self.before) < n or len(self.after) < n:
+            return None
+        before, after = self.before[-n:], self.after[-n:]
+        if mode == "host":
+            return list(zip(before, after)), "host"
+        if mode == "events":
+            anchor, out, elapsed = before[0], [], 0.0
+            for i, t_us in enumerate(samples_us):
+                ready = anchor + int(elapsed * 1e3)
+                elapsed += t_us
+                out.append((max(ready, before[i]), anchor + int(elapsed * 1e3)))
+            return out, "events"
+        return None   # pipelined / graph samples are batch averages: no per-iteration start
+
+
+def nccl_timeline(summary: dict) -> list[tuple[int, int]] | None:
+    """Per-iteration (first kernel start, last kernel end) on this rank's host clock from the plugin."""
+    rows = (summary or {}).get("per_iteration") or []
+    spans = [(r.get("kernel_start_ns"), r.get("kernel_end_ns")) for r in rows]
+    if not spans or any(s is None or e is None for s, e in spans):
+        return None
+    return spans
+
+
+def case_skew(starts_ns: list[list[int]]) -> dict:
+    """From each rank's per-iteration starts on one clock: skew_us (median), late_rank, late_share."""
+    n_iter = min((len(s) for s in starts_ns), default=0)
+    if len(starts_ns) < 2 or n_iter == 0:
+        return {"skew_us": None, "late_rank": None, "late_share": None}
+    skews, late = [], Counter()
+    for i in range(n_iter):
+        col = [s[i] for s in starts_ns]
+        skews.append((max(col) - min(col)) / 1e3)
+        late[col.index(max(col))] += 1
+    rank, count = late.most_common(1)[0]
+    return {"skew_us": statistics.median(skews), "late_rank": rank, "late_share": count / n_iter}
+
+
+def late_findings(results, min_share: float = 0.5, min_skew_us: float = 0.0):
+    """Ranks (and hosts) late in most multi-rank Cases: a DataFrame with level, name, cases,
+    late_cases, share, median_skew_us, flagged (share >= min_share)."""
+    import pandas as pd
+
+    cols = {"late_rank", "skew_us", "world_size"}
+    if results.empty or not cols <= set(results.columns):
+        return pd.DataFrame()
+    df = results[(pd.to_numeric(results["world_size"], errors="coerce") > 1)
+                 & pd.to_numeric(results["late_rank"], errors="coerce").notna()]
+    if "status" in df.columns:
+        df = df[df["status"] == "ok"]
+    if df.empty:
+        return pd.DataFrame()
+    skew = pd.to_numeric(df["skew_us"], errors="coerce")
+    late = df[skew >= min_skew_us]
+    recs = []
+    levels = [("rank", late["late_rank"].astype(int).astype(str), df)]
+    if "late_host" in df.columns and df["num_nodes"].fillna(1).astype(float).max() > 1:
+        levels.append(("host", late["late_host"].astype(str), df))
+    for level, names, base in levels:
+        for name, count in names.value_counts().items():
+            share = count / len(base)
+            recs.append({"level": level, "name": f"{level} {name}", "cases": len(base), "late_cases": int(count),
+                         "share": round(share, 2),
+                         "median_skew_us": round(float(skew[names.index[names == name]].median()), 1),
+                         "flagged": share >= min_share})
+    return pd.DataFrame(recs)
