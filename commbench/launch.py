@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import LaunchError
-from .safety import KILL_SWITCHES, protect_env
+from .safety import EXPECTED_VAR, KILL_SWITCHES, active_kill_switches, protect_env
 from .world import inside_slurm_allocation
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
@@ -110,6 +110,7 @@ def launch_env(run_dir: Path, variant_env: dict[str, str], allow_multicast: bool
                        "COMMBENCH_RUN_DIR": str(run_dir), "COMMBENCH_LOG_DIR": str(run_dir / "logs")})
     if not allow_multicast:
         env.update(KILL_SWITCHES)
+    env[EXPECTED_VAR] = json.dumps(active_kill_switches(env), sort_keys=True)
     return env
 
 
@@ -120,7 +121,8 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     task_path.write_text(json.dumps(task))
     progress = Path(task["progress"])
     env = launch_env(run_dir, variant_env, allow_multicast)
-    forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR"})
+    forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR",
+                                                                         EXPECTED_VAR})
     argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded, tuple(task.get("hosts", ()))) + [
         sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
     log_path = run_dir / task["log"]

@@ -225,14 +225,19 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
 
 
 def _merge_hosts(folder: RunFolder, meta: dict) -> None:
-    hosts = set()
-    for p in (folder.path / "logs").glob("launch-*.hosts.json"):
+    hosts, seen = set(), {}
+    for p in sorted((folder.path / "logs").glob("launch-*.hosts.json")):
         try:
-            hosts.update(json.loads(p.read_text())["hosts"])
-        except (ValueError, KeyError):
+            info = json.loads(p.read_text())
+            hosts.update(info["hosts"])
+        except (ValueError, KeyError, TypeError):
             continue
+        if "kill_switches_seen" in info:  # what each rank saw, per launch (DESIGN section 7)
+            seen[p.name.split(".")[0]] = info["kill_switches_seen"]
     if hosts:
         meta["hosts"] = sorted(hosts)
+    if seen:
+        meta["kill_switches_seen_by_ranks"] = seen
 
 
 def finish(folder: RunFolder, console) -> None:

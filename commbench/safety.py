@@ -6,7 +6,9 @@ in, the device reports support, and no site kill switch is set.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 from typing import Mapping
 
 # Variable -> value that means "multicast disabled by the site".
@@ -74,4 +76,57 @@ def multicast_block_reason(
         return "multicast not enabled by the suite (set allow_multicast: true to opt in)"
     if not device_supports:
         return "device does not report CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED"
+    return None
+
+
+# --- what a suite's `env:` may set -------------------------------------------------------------
+# Only variables that configure the communication stack. Anything that chooses which code runs in
+# a rank (PATH, PYTHON*, LD_*, library and plugin paths, launch agents) could switch a kill switch
+# back off from inside the rank, so a suite may never set it.
+SUITE_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "UCX_", "CUDA_", "OMPI_MCA_", "PMIX_MCA_", "TORCH_NCCL_",
+                      "TORCH_SYMM_MEM_", "GLOO_", "COMMBENCH_")
+# Names under those prefixes that load code or pick files: plugins, libraries, toolkits, injection,
+# config files, launch agents, and commbench's own internal paths.
+_CODE_LOADING = re.compile(r"PLUGIN|PRELOAD|INJECTION|LIB|PATH|HOME|ROOT|_DIR|CONF_FILE|AGENT|PREFIX|"
+                           r"PARAM_FILE|KERNELS|JIT_CACHE|^COMMBENCH_RUN|^COMMBENCH_LOG|^COMMBENCH_KILL")
+
+
+def suite_env_refusal(name: str) -> str | None:
+    """Why a suite may not set ``name`` (None when it may). The message says what to do instead."""
+    upper = name.upper()
+    if not upper.startswith(SUITE_ENV_PREFIXES):
+        return (f"{name} is not a communication-stack variable; a suite may set only variables starting "
+                f"with {', '.join(SUITE_ENV_PREFIXES)} (set others in the environment commbench starts in)")
+    if _CODE_LOADING.search(upper):
+        return (f"{name} chooses code or files that every rank loads (a plugin, library, path or agent); "
+                f"a suite may not set it: set it in the environment commbench starts in")
+    return None
+
+
+# --- the ranks re-read the switches (the launch says what it set) --------------------------------
+EXPECTED_VAR = "COMMBENCH_KILL_SWITCHES"
+
+
+def expected_switches(env: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The kill switches the launching process set for this rank, or None when nothing was said."""
+    raw = (os.environ if env is None else env).get(EXPECTED_VAR)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"<unreadable>": raw[:40]}
+    return value if isinstance(value, dict) else {"<unreadable>": str(value)[:40]}
+
+
+def switch_tamper(seen: Mapping[str, str], expected: Mapping[str, str] | None) -> str | None:
+    """Why a rank must not measure: the switches it sees differ from what its launch set."""
+    if expected is None:
+        return None
+    if dict(seen) != dict(expected):
+        missing = sorted(set(expected) - set(seen))
+        return (f"multicast kill switches changed inside the rank: launch set "
+                f"{json.dumps(expected, sort_keys=True)}, rank sees {json.dumps(dict(seen), sort_keys=True)}"
+                + (f" ({', '.join(missing)} no longer set)" if missing else "")
+                + "; refusing to measure")
     return None

@@ -14,6 +14,7 @@ import yaml
 from .errors import SuiteError
 from .families import all_families
 from .families.base import Case, Family
+from .safety import suite_env_refusal
 from .units import format_size, parse_size
 from .yaml_lines import LineDict, LineList, load_yaml
 
@@ -30,7 +31,7 @@ COMMON_KEYS: dict[str, str] = {
     "timeout_s": "seconds a Case may run without finishing before its launch is killed (default 300)",
     "warmup": "untimed iterations before timing (default 5, fewer for messages over 64 MiB)",
     "iters": "timed iterations (default 20, fewer for messages over 64 MiB, never under 5)",
-    "timing": "auto | events | pipelined | graph | host (auto: CUDA events on GPU, host clock on CPU)",
+    "timing": "auto | events | pipelined | graph | host, or a list of them (auto: CUDA events on GPU, host clock on CPU)",
     "env": "environment variables for the launch; a list of values makes one variant (fresh launch) each",
     "params": "family parameters (see `commbench list`); lists expand to cross products",
     "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
@@ -360,9 +361,11 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
                     f"Slurm allocation)")
         else:
             host_groups = [pair for rnd in round_robin_pairs(hosts) for pair in rnd]
-    timing = m.get("timing", "auto")
-    if timing not in TIMINGS:
-        err.add(_line(bench, defaults, "timing"), f"{where}.timing", f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
+    timings = _as_list(m.get("timing", "auto"))
+    for timing in timings:
+        if not isinstance(timing, str) or timing not in TIMINGS:
+            err.add(_line(bench, defaults, "timing"), f"{where}.timing",
+                    f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
     env = m.get("env", {}) or {}
     if not isinstance(env, dict):
         err.add(_line(bench, defaults, "env"), f"{where}.env", "must be a mapping of variable -> value or list of values")
@@ -372,6 +375,10 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
         if not isinstance(k, str) or not _ENV_NAME.match(k):
             err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env",
                     f"{k!r} is not a valid environment variable name")
+            continue
+        refusal = suite_env_refusal(k)
+        if refusal:
+            err.add(env.line_of(k) if isinstance(env, LineDict) else bench.line, f"{where}.env.{k}", refusal)
             continue
         vals = _as_list(v)
         if not all(isinstance(x, (str, int, float)) and not isinstance(x, bool) for x in vals) or not vals:
@@ -412,8 +419,8 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
     cases = []
-    for hosts, ranks, envv, op, backend, dtype, pcombo, size in itertools.product(
-            host_groups, ranks_list, env_variants, ops, backends, dtypes,
+    for hosts, ranks, envv, op, backend, dtype, timing, pcombo, size in itertools.product(
+            host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
         rpn = int(ints["ranks_per_node"] or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group

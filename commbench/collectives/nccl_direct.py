@@ -74,6 +74,8 @@ def make_runner(op: str, bufs, comm: nccl_lib.Comm, n: int, rank: int, dtype: st
         return lambda: chk(lib.ncclBroadcast(s, r, c, dt, 0, h, st), "ncclBroadcast")
     if op == "reduce":
         return lambda: chk(lib.ncclReduce(s, r, c, dt, red, 0, h, st), "ncclReduce")
+    if op == "alltoall" and nccl_lib.has_alltoall():
+        return lambda: chk(lib.ncclAlltoAll(s, r, c, dt, h, st), "ncclAlltoAll")
     if op == "alltoall":
         def alltoall():
             chk(lib.ncclGroupStart(), "ncclGroupStart")

@@ -29,6 +29,7 @@ class CollectiveState:
     size_bytes: int
     stream: object = None
     extra: dict = field(default_factory=dict)
+    native: object = None  # measure.native_loop.NativeOp: the timed batch runs in native code
 
 
 class Collectives(Family):
@@ -43,6 +44,9 @@ class Collectives(Family):
         "in_place": Param(False, (bool,), "in-place (output aliases input, as nccl-tests) or out-of-place"),
         "reduce_op": Param("sum", (str,), "reduction for all_reduce, reduce_scatter, reduce",
                            choices=("sum", "max", "min")),
+        "timed_loop": Param("native", (str,), "nccl backend: enqueue the timed batch from native code "
+                            "(as nccl-tests) or from Python, one interpreter call per op",
+                            choices=("native", "python")),
     }
 
     def unsupported(self, case: Case) -> str | None:
@@ -65,7 +69,7 @@ class Collectives(Family):
             "all_gather", "reduce_scatter", "alltoall") else count * elem
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
-        stream = None
+        stream, native = None, None
         if case.backend in ("nccl", "torch_nccl"):
             import torch
 
@@ -75,15 +79,25 @@ class Collectives(Family):
                 raise SkipCase(f"NCCL needs one GPU per rank: {world.local_size} ranks on this node, "
                                f"{torch.cuda.device_count()} GPU(s)")
             device = ctx.device
-            stream = torch.cuda.current_stream()
+            # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with
+            # the legacy default stream; torch_nccl: the framework's current stream
+            stream = torch.cuda.Stream() if case.backend == "nccl" else torch.cuda.current_stream()
         else:
             device = "cpu"
         bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place)
+        if stream is not None:
+            import torch
+
+            torch.cuda.synchronize()  # inputs were written on the current stream; ops run on `stream`
         if case.backend == "nccl":
             from ..collectives import nccl_direct
 
             comm = nccl_direct.communicator(ctx)
             runner = nccl_direct.make_runner(case.op, bufs, comm, n, rank, case.dtype, rop)
+            if case.param("timed_loop", "native") == "native":
+                from ..collectives.nccl_native import native_op
+
+                native = native_op(case.op, bufs, comm, n, rank, case.dtype, rop)
         elif case.backend == "mpi":
             from ..collectives import mpi_ops
 
@@ -96,10 +110,14 @@ class Collectives(Family):
             torch_ops.process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if case.op in REDUCING else ""}
+        if case.backend == "nccl" and case.op == "alltoall":
+            from .. import nccl_lib
+
+            extra["nccl_call"] = "ncclAlltoAll" if nccl_lib.has_alltoall() else "grouped ncclSend/ncclRecv"
         if case.backend in ("torch_nccl", "gloo") and not in_place and case.op in COPY_ADDED:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
-                               count, size_bytes, stream, extra)
+                               count, size_bytes, stream, extra, native)
 
     def run(self, state: CollectiveState) -> None:
         state.runner()
@@ -108,10 +126,14 @@ class Collectives(Family):
         from ..collectives import buffers
 
         buffers.refill(state.op, state.bufs, state.rank, state.in_place)
-        if state.stream is not None:
-            state.stream.synchronize()
-        state.runner()
-        if state.stream is not None:
+        if state.stream is None:
+            state.runner()
+        else:
+            import torch
+
+            torch.cuda.synchronize()  # the refill ran on the current stream
+            with torch.cuda.stream(state.stream):
+                state.runner()
             state.stream.synchronize()
         return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)
 
