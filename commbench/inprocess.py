@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .errors import CommbenchError
 from .launch import launch_env
-from .orchestrate import (_now, _record_unsupported, _row_for, base_meta, overrides_meta,
+from .orchestrate import (_now, _profile_env, _record_unsupported, _row_for, base_meta, overrides_meta,
                           prepare_folder, resume_meta, write_plan)
 from .results import RunFolder
 from .runner import Progress, run_cases
@@ -68,19 +68,20 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         if launch.ranks != world.size:
             reason = (f"needs {launch.ranks} ranks; this MPI job has {world.size} "
                       f"(start it with -n {launch.ranks})")
-        elif measured_env is not None and launch.env != measured_env:
-            reason = ("environment variants need fresh processes (NCCL/NVSHMEM read their environment "
-                      "once): run commbench outside mpiexec/srun so it starts one job per variant")
+        elif measured_env is not None and (launch.env, launch.nccl_profile) != measured_env:
+            reason = ("environment variants (and NCCL profiling, a plugin NCCL loads once) need fresh "
+                      "processes (NCCL/NVSHMEM read their environment once): run commbench outside "
+                      "mpiexec/srun so it starts one job per variant")
         if reason:
             if world.is_root:
                 for c in cases:
                     folder.append_row(_row_for(c, "skipped", reason, LOG, launch.ranks))
             continue
-        measured_env = launch.env
+        measured_env = (launch.env, launch.nccl_profile)
         allow_mc = any(c.param("allow_multicast") for c in cases)
         saved = dict(os.environ)
         os.environ.clear()
-        os.environ.update(launch_env(folder.path, dict(launch.env), allow_mc))
+        os.environ.update(launch_env(folder.path, {**dict(launch.env), **_profile_env(folder, launch)}, allow_mc))
         try:
             run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"))
         finally:

@@ -73,7 +73,7 @@ def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None
     cases = {c.case_id: c.to_json() for c in suite.cases}
     launches = {l.launch_id: {"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
                               "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
-                              "hosts": list(l.hosts)}
+                              "hosts": list(l.hosts), "nccl_profile": l.nccl_profile}
                 for l in suite.launches}
     path = folder.path / "plan.json"
     if resume and path.exists():
@@ -188,8 +188,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                 "progress": str(progress), "hosts": list(launch.hosts)}
         timeouts = {cid: by_id[cid].timeout_s for cid in pending}
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
-        out = run_launch(folder.path, task, dict(launch.env), timeouts, on_event=display.event,
-                         allow_multicast=allow_mc)
+        out = run_launch(folder.path, task, {**dict(launch.env), **_profile_env(folder, launch)}, timeouts,
+                         on_event=display.event, allow_multicast=allow_mc)
         record["wall_s"] += out.wall_s
         finished = set(out.finished)
         killed = out.timed_out_case or out.crashed_case
@@ -222,6 +222,15 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
     # rank 0 may have been killed between a row's JSONL line and its CSV line: re-mirror
     folder.rewrite_csv()
     return record
+
+
+def _profile_env(folder: RunFolder, launch) -> dict[str, str]:
+    """Variables that make the launch's NCCL load commbench's profiler plugin (nccl-profiled Cases)."""
+    if not getattr(launch, "nccl_profile", False):
+        return {}
+    from .profile.nccl_plugin import launch_env
+
+    return launch_env(folder.path)
 
 
 def _merge_hosts(folder: RunFolder, meta: dict) -> None:

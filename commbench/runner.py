@@ -17,6 +17,10 @@ from .measure import native_loop
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
+from .profile import store as profile_store
+from .profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
+
+PROFILE_KEY = "profile.launch"   # ctx.cache: the launch's LaunchProfiling (clock offsets, run folder)
 from .results import RunFolder, case_row
 from .world import World
 
@@ -68,11 +72,12 @@ def base_row(case: Case, world: World, log: str) -> dict:
                     ranks_per_node=world.local_size, log=log)
 
 
-def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
+def _time(fam, case: Case, state, world: World, prof: CaseProfiler) -> tuple[list[float], str]:
     state_measure = getattr(state, "measure", None)  # per-Case opt-in: measure(warmup, iters)
     if state_measure is not None or fam.measure is not None:
-        samples = (state_measure(case.warmup, case.iters) if state_measure is not None
-                   else fam.measure(state, case.warmup, case.iters))
+        with prof.timed_batch():
+            samples = (state_measure(case.warmup, case.iters) if state_measure is not None
+                       else fam.measure(state, case.warmup, case.iters))
         return list(samples), getattr(state, "timing_label", "kernel")
     stream = getattr(state, "stream", None)
     mode = case.timing
@@ -85,7 +90,14 @@ def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
         handle = stream.cuda_stream
         stream.synchronize()
         native_loop.warm_up(native, handle, case.warmup)
-        return native_loop.TIMERS[mode](native, handle, case.iters, world.barrier), mode
+        with prof.timed_batch():
+            if mode == "events":   # host stamps put this rank's iterations on the common clock
+                stamps: list[int] = []
+                samples = native_loop.time_events(native, handle, case.iters, world.barrier, host_ns=stamps)
+                prof.arrivals.record_native(stamps)
+            else:
+                samples = native_loop.TIMERS[mode](native, handle, case.iters, world.barrier)
+        return samples, mode
     if stream is None:
         for _ in range(case.warmup):
             fam.run(state)
@@ -97,10 +109,13 @@ def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
                 fam.run(state)
         stream.synchronize()
     run = lambda: fam.run(state)  # noqa: E731
-    if mode == "host":
-        return timing.time_host(run, case.iters, world.barrier), mode
-    fn = {"events": timing.time_events, "pipelined": timing.time_pipelined, "graph": timing.time_graph}[mode]
-    return fn(run, stream, case.iters, world.barrier), mode
+    if mode in ("host", "events"):
+        run = prof.wrap(run)   # per-op arrival stamps (commbench.profile.skew); not inside graphs
+    with prof.timed_batch():
+        if mode == "host":
+            return timing.time_host(run, case.iters, world.barrier), mode
+        fn = {"events": timing.time_events, "pipelined": timing.time_pipelined, "graph": timing.time_graph}[mode]
+        return fn(run, stream, case.iters, world.barrier), mode
 
 
 def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dict]]:
@@ -113,19 +128,22 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         row.update(status="skipped", reason=reason)
         return row, []
     state = None
+    prof = CaseProfiler(case, ctx, ctx.cache.get(PROFILE_KEY))
     try:
-        state = _agree(world, lambda: fam.setup(case, ctx), undo=lambda st: _teardown(fam, st))
-        tampered = _tampered(world, safety.active_kill_switches())
-        if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
-            raise _PhaseFailed("failed", tampered)
-        samples, mode = _agree(world, lambda: _time(fam, case, state, world))
-        wrong_local = _agree(world, lambda: int(fam.check(state)))
+        with prof.case_range():
+            state = _agree(world, lambda: fam.setup(case, ctx), undo=lambda st: _teardown(fam, st))
+            tampered = _tampered(world, safety.active_kill_switches())
+            if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
+                raise _PhaseFailed("failed", tampered)
+            samples, mode = _agree(world, lambda: _time(fam, case, state, world, prof))
+            wrong_local = _agree(world, lambda: int(fam.check(state)))
     except _PhaseFailed as exc:
         row.update(status=exc.status, reason=exc.reason)
         _teardown(fam, state)
         return row, []
     wrong = world.sum_int(wrong_local)
-    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
+    report = prof.rank_report(samples, mode)
+    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples, report), root=0)
     extra = dict(getattr(state, "extra", {}) or {})
     if getattr(state, "stream", None) is not None:  # which loop enqueued the timed ops
         extra.setdefault("timed_loop", "native" if getattr(state, "native", None) is not None else "python")
@@ -134,6 +152,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     _teardown(fam, state)
     if not world.is_root:
         return row, []
+    row.update(_profile_columns(case, [g[4] for g in gathered], ctx))
     per_iter = [max(vals) for vals in zip(*(g[3] for g in gathered))]
     stats = metrics.summarize(per_iter)
     traffic = fam.traffic(case, world.size)
@@ -145,8 +164,23 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
-                    "time_us": t} for r, h, dev, ts in gathered for i, t in enumerate(ts)]
+                    "time_us": t} for r, h, dev, ts, _rep in gathered for i, t in enumerate(ts)]
     return row, sample_rows
+
+
+def _profile_columns(case: Case, reports: list[dict], ctx: RankContext) -> dict:
+    """Rank 0: profiling's row columns; timeline and per-rank data go beside the rows. A profile
+    that fails says so in profile_note and leaves the measured row as it is."""
+    launch = ctx.cache.get(PROFILE_KEY)
+    try:
+        cols, timeline_rows, case_line = merge_reports(case, reports, launch.offsets() if launch else [])
+        if launch is not None and launch.run_dir is not None:
+            profile_store.append_timeline(launch.run_dir, timeline_rows)
+            profile_store.append_case_line(launch.run_dir, case_line)
+        return cols
+    except Exception as exc:  # noqa: BLE001 - nothing measured may be lost to a profiling problem
+        traceback.print_exc()
+        return {"profiled": getattr(case, "profile", ""), "profile_note": f"profile summary failed: {exc}"}
 
 
 def _teardown(fam, state) -> None:
@@ -202,6 +236,7 @@ def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
     at_start = safety.active_kill_switches() if switches_at_start is None else switches_at_start
     refused = _tampered(world, at_start) or _tampered(world, safety.active_kill_switches())
     ctx = RankContext(world=world, device="cpu" if refused else select_device(world, cases))
+    ctx.cache[PROFILE_KEY] = LaunchProfiling(world, folder.path)   # rank clocks aligned over MPI
     progress = progress if (progress and world.is_root) else Progress(None)
     try:
         for case in cases:

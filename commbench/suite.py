@@ -34,10 +34,13 @@ COMMON_KEYS: dict[str, str] = {
     "timing": "auto | events | pipelined | graph | host, or a list of them (auto: CUDA events on GPU, host clock on CPU)",
     "env": "environment variables for the launch; a list of values makes one variant (fresh launch) each",
     "params": "family parameters (see `commbench list`); lists expand to cross products",
+    "profile": "none (default) | torch (torch.profiler trace of the timed batch) | nccl (commbench's NCCL "
+               "profiler plugin: kernel time per channel, algorithm, proxy steps); docs/profiling.md",
     "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
                  "in rounds of disjoint pairs); hosts from COMMBENCH_HOSTS or the Slurm allocation",
 }
 PLACEMENTS = ("together", "per_node", "pairs")
+PROFILES = ("none", "torch", "nccl")
 BENCH_KEYS: dict[str, str] = {"name": "benchmark name (unique in the suite)",
                               "family": "benchmark family (see `commbench list`)", **COMMON_KEYS}
 TOP_KEYS: dict[str, str] = {
@@ -63,6 +66,7 @@ class Launch:
     variant: str
     case_ids: tuple[str, ...]
     hosts: tuple[str, ...] = ()
+    nccl_profile: bool = False   # ranks load commbench's NCCL profiler plugin
 
 
 @dataclass
@@ -366,6 +370,11 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
         if not isinstance(timing, str) or timing not in TIMINGS:
             err.add(_line(bench, defaults, "timing"), f"{where}.timing",
                     f"unknown timing {timing!r} (known: {', '.join(TIMINGS)})")
+    profile = m.get("profile", "none")
+    profile = "none" if profile is None else profile
+    if profile not in PROFILES:
+        err.add(_line(bench, defaults, "profile"), f"{where}.profile",
+                f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
     env = m.get("env", {}) or {}
     if not isinstance(env, dict):
         err.add(_line(bench, defaults, "env"), f"{where}.env", "must be a mapping of variable -> value or list of values")
@@ -432,18 +441,21 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
             warmup=int(ints["warmup"]) if ints["warmup"] is not None else default_iters(size, True),
             iters=int(ints["iters"]) if ints["iters"] is not None else default_iters(size, False),
             timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
-            timeout_s=float(ints["timeout_s"]), hosts=hosts))
+            timeout_s=float(ints["timeout_s"]), hosts=hosts, profile="" if profile == "none" else profile))
     return cases
 
 
 def group_launches(cases: list[Case]) -> list[Launch]:
-    """One launch per distinct (ranks, ranks_per_node, env, multicast opt-in, hosts), in first-seen order."""
+    """One launch per distinct (ranks, ranks_per_node, env, multicast opt-in, hosts, nccl profiling),
+    in first-seen order."""
     groups: dict[tuple, list[Case]] = {}
     for c in cases:
-        key = (c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast")), c.hosts)
+        # NCCL loads a profiler plugin once per process: nccl-profiled Cases get launches of their own
+        key = (c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast")), c.hosts, c.profile == "nccl")
         groups.setdefault(key, []).append(c)
     out = []
-    for i, ((ranks, rpn, env, _mc, hosts), cs) in enumerate(groups.items()):
+    for i, ((ranks, rpn, env, _mc, hosts, nccl_profile), cs) in enumerate(groups.items()):
         out.append(Launch(launch_id=i, ranks=ranks, ranks_per_node=rpn, env=env,
-                          variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs), hosts=hosts))
+                          variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs), hosts=hosts,
+                          nccl_profile=nccl_profile))
     return out

@@ -76,7 +76,15 @@ class CaseProfiler:
             yield
 
     def rank_report(self, samples_us: list[float], mode: str) -> dict:
-        """This rank's timeline and profile results for rank 0 (after the batch's stream was synced)."""
+        """This rank's timeline and profile results for rank 0 (after the batch's stream was synced).
+        Never raises: a profile that fails leaves a note, the measurement stays."""
+        try:
+            return self._report(samples_us, mode)
+        except Exception as exc:  # noqa: BLE001
+            return {"rank": self.world.rank, "host": self.world.hostname, "pid": os.getpid(), "timeline": None,
+                    "source": "", "error": f"rank {self.world.rank}: {type(exc).__name__}: {exc}"}
+
+    def _report(self, samples_us: list[float], mode: str) -> dict:
         line = self.arrivals.timeline(mode, list(samples_us or []))
         report = {"rank": self.world.rank, "host": self.world.hostname, "pid": os.getpid(),
                   "timeline": line[0] if line else None, "source": line[1] if line else ""}
@@ -103,7 +111,7 @@ def merge_reports(case, reports: list[dict], offsets: list[ClockOffset]) -> tupl
         common = [[(off[r["rank"]].to_common(s), off[r["rank"]].to_common(e)) for s, e in r["timeline"]]
                   for r in by_rank]
         t0 = min(s for spans in common for s, _ in spans)
-        result = skew.case_skew([[s for s, _ in spans] for spans in common])
+        result = skew.case_skew(common)
         cols.update(result)
         late = result.get("late_rank")
         cols["late_host"] = by_rank[late]["host"] if late is not None else None
@@ -119,6 +127,7 @@ def merge_reports(case, reports: list[dict], offsets: list[ClockOffset]) -> tupl
         torch_results = [r.get("torch") or {} for r in by_rank]
         cols["trace"] = torch_results[0].get("trace", "") if torch_results else ""
         notes += [t["note"] for t in torch_results if t.get("note")][:1]
+    notes += [r["error"] for r in by_rank if r.get("error")][:1]
     note = "; ".join(n for n in notes if n)
     if note:
         cols["profile_note"] = note

@@ -49,6 +49,7 @@ class Task:
     channels: list[tuple[int, int, int, int, int]]  # (channel, gpu start, gpu stop, host start, host stop)
     proxies: list[dict] = field(default_factory=list)
     proxy_total: int = 0
+    root_or_peer: int = 0       # root of a collective, peer of a send or receive
 
     @classmethod
     def from_line(cls, d: dict) -> "Task":
@@ -59,7 +60,8 @@ class Task:
                    nchannels=int(d.get("nchannels", 0)), complete=bool(d.get("complete")),
                    enq_ns=tuple(d.get("enq_ns", (0, 0))), api_ns=tuple(api) if api else None,
                    channels=[tuple(int(x) for x in ch) for ch in d.get("ch", [])],
-                   proxies=list(d.get("proxy", [])), proxy_total=int(d.get("proxy_total", 0)))
+                   proxies=list(d.get("proxy", [])), proxy_total=int(d.get("proxy_total", 0)),
+                   root_or_peer=int(d.get("root", d.get("peer", 0))))
 
     def gpu_window_ns(self) -> tuple[int, int] | None:
         """(first channel start, last channel stop) on the GPU timer; None without a finished channel."""

@@ -9,9 +9,17 @@ recorded on an idle stream, plus the event times of the iterations before) and
 ``--profile nccl`` the first kernel channel's GPU start and the last one's end,
 put on the host clock by the plugin, replace the events estimate.
 
-Per iteration: skew = latest start - earliest start on rank 0's clock; the late
-rank is the one that started last. Per Case: ``skew_us`` is the median skew,
-``late_rank`` the rank most often last, ``late_share`` how often it was.
+Per iteration: skew = latest start - earliest start on rank 0's clock. The late
+rank of an iteration is the one that arrived last *by its own delay*: the rank
+whose start came longest after its own end of the previous iteration (its own
+clock, so no offset error enters). Plain "last to start" would blame the wrong
+rank: in a pipelined batch the straggler's ring neighbour finishes every op last
+(it waited for the straggler's data) and so starts the next one last, and on a
+busy host each rank's wake-up after an op adds noise of its own; a rank's gap
+between two of its ops holds only what that rank itself added. Iteration 0 has
+no previous op and is left out of the attribution (not of the skew). Per Case:
+``skew_us`` is the median skew, ``late_rank`` the rank most often late,
+``late_share`` how often it was, ``late_gap_us`` its median own delay.
 
 ``COMMBENCH_INJECT_DELAY=RANK:US`` makes RANK wait US microseconds (busy, so
 it is exact) before each timed op: a straggler on purpose, to check the above.
@@ -51,6 +59,12 @@ class Arrivals:
         self.delay_ns = injected_delay_ns(rank)
         self.before: list[int] = []
         self.after: list[int] = []
+        self.anchor_ns: int | None = None   # host time the batch's first event fired (events mode)
+
+    def record_native(self, host_ns: list[int]) -> None:
+        """Stamps of a native events loop: the first event's record, then each op's enqueue."""
+        if host_ns:
+            self.anchor_ns, self.before = host_ns[0], list(host_ns[1:])
 
     def wrap(self, run):
         before, after, delay = self.before, self.after, self.delay_ns
@@ -67,13 +81,15 @@ class Arrivals:
     def timeline(self, mode: str, samples_us: list[float]) -> tuple[list[tuple[int, int]], str] | None:
         """[(start_ns, end_ns)] per timed iteration on this rank's clock, and how it was found."""
         n = len(samples_us)
-        if n == 0 or len(self.before) < n or len(self.after) < n:
+        if n == 0 or len(self.before) < n:
             return None
-        before, after = self.before[-n:], self.after[-n:]
-        if mode == "host":
-            return list(zip(before, after)), "host"
+        before = self.before[-n:]
+        if mode == "host" and len(self.after) >= n:
+            return list(zip(before, self.after[-n:])), "host"
         if mode == "events":
-            anchor, out, elapsed = before[0], [], 0.0
+            # Python loop: the first event was recorded just before the first op's stamp
+            anchor = self.anchor_ns if self.anchor_ns is not None else before[0]
+            out, elapsed = [], 0.0
             for i, t_us in enumerate(samples_us):
                 ready = anchor + int(elapsed * 1e3)
                 elapsed += t_us
@@ -91,18 +107,29 @@ def nccl_timeline(summary: dict) -> list[tuple[int, int]] | None:
     return spans
 
 
-def case_skew(starts_ns: list[list[int]]) -> dict:
-    """From each rank's per-iteration starts on one clock: skew_us (median), late_rank, late_share."""
-    n_iter = min((len(s) for s in starts_ns), default=0)
-    if len(starts_ns) < 2 or n_iter == 0:
-        return {"skew_us": None, "late_rank": None, "late_share": None}
-    skews, late = [], Counter()
+def case_skew(spans_ns: list[list[tuple[int, int]]]) -> dict:
+    """From each rank's per-iteration (start, end) on one clock: skew_us (median of latest start -
+    earliest start), late_rank (most often the largest own gap), late_share, late_gap_us."""
+    n_iter = min((len(s) for s in spans_ns), default=0)
+    out = {"skew_us": None, "late_rank": None, "late_share": None, "late_gap_us": None}
+    if len(spans_ns) < 2 or n_iter == 0:
+        return out
+    skews = []
     for i in range(n_iter):
-        col = [s[i] for s in starts_ns]
+        col = [s[i][0] for s in spans_ns]
         skews.append((max(col) - min(col)) / 1e3)
-        late[col.index(max(col))] += 1
+    out["skew_us"] = statistics.median(skews)
+    if n_iter < 2:
+        return out
+    late, gaps = Counter(), {r: [] for r in range(len(spans_ns))}
+    for i in range(1, n_iter):
+        own = [s[i][0] - s[i - 1][1] for s in spans_ns]   # each rank's own clock: offsets cancel
+        for r, g in enumerate(own):
+            gaps[r].append(g / 1e3)
+        late[own.index(max(own))] += 1
     rank, count = late.most_common(1)[0]
-    return {"skew_us": statistics.median(skews), "late_rank": rank, "late_share": count / n_iter}
+    out.update(late_rank=rank, late_share=count / (n_iter - 1), late_gap_us=statistics.median(gaps[rank]))
+    return out
 
 
 def late_findings(results, min_share: float = 0.5, min_skew_us: float = 0.0):

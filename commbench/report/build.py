@@ -41,6 +41,10 @@ def build_report(runs: list[Run]) -> Document:
         fig = metric_figure(df, metric)
         sec.image(figure_png(fig) if fig is not None else None, f"{metric} vs size", name)
 
+    from commbench.profile.timeline import add_section as add_timelines
+
+    add_timelines(doc, runs)   # per-rank timelines and trace links, where the runs have them
+
     sec = doc.section("Tables")
     for op, g in tables.points(df).groupby("op", sort=True):
         sec.sub(str(op)).table(g.drop(columns=["op"]))

@@ -83,13 +83,32 @@ def test_injected_delay_names_its_rank(monkeypatch):
     assert skew.injected_delay_ns(1, {"COMMBENCH_INJECT_DELAY": "junk"}) == 0
 
 
-def test_case_skew_median_and_most_often_late():
-    starts = [[0, 0, 0, 0], [10_000, 0, 300_000, 0], [200_000, 210_000, 0, 205_000]]
-    out = skew.case_skew(starts)
-    # skews per iteration: 200, 210, 300, 205 us -> median 207.5
-    assert out["skew_us"] == pytest.approx(207.5)
-    assert out["late_rank"] == 2 and out["late_share"] == 0.75
-    assert skew.case_skew([[1, 2]])["late_rank"] is None
+def _spans(starts, ends):
+    return [list(zip(s, e)) for s, e in zip(starts, ends)]
+
+
+def test_case_skew_median_and_the_rank_late_by_its_own_delay():
+    us = 1_000
+    # three ranks, four iterations of 100 us; rank 2 waits 200 us before each of its ops
+    starts = [[0, 300 * us, 600 * us, 900 * us], [0, 300 * us, 600 * us, 900 * us],
+              [200 * us, 500 * us, 800 * us, 1100 * us]]
+    ends = [[300 * us, 600 * us, 900 * us, 1200 * us]] * 3
+    out = skew.case_skew(_spans(starts, ends))
+    assert out["skew_us"] == pytest.approx(200)
+    assert out["late_rank"] == 2 and out["late_share"] == 1.0 and out["late_gap_us"] == pytest.approx(200)
+    assert skew.case_skew([[(1, 2)]])["late_rank"] is None
+
+
+def test_a_neighbour_that_finishes_last_is_not_blamed():
+    """Ring: rank 1 gets rank 2's (late) data last, finishes last and so *starts* last every time;
+    its own gap is small, rank 2's is 200 us: rank 2 is the straggler."""
+    us = 1_000
+    starts = [[0, 305 * us, 615 * us], [0, 605 * us, 905 * us], [200 * us, 500 * us, 800 * us]]
+    ends = [[300 * us, 610 * us, 910 * us], [600 * us, 900 * us, 1200 * us], [300 * us, 600 * us, 900 * us]]
+    last_to_start = [max(range(3), key=lambda r: starts[r][i]) for i in (1, 2)]
+    assert last_to_start == [1, 1]          # blaming the last starter would name rank 1
+    out = skew.case_skew(_spans(starts, ends))
+    assert out["late_rank"] == 2 and out["late_share"] == 1.0 and out["late_gap_us"] == pytest.approx(200)
 
 
 def test_offsets_put_stamps_on_rank0_clock():
