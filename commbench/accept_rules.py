@@ -39,7 +39,10 @@ KNOWN_COLUMNS = {
     "timing", "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps",
     "busbw_gbps", "wrong", "status", "reason", "log",
     # family columns named in docs/results.md: a rule on them simply matches no rows elsewhere
-    "nccl_algo", "nccl_proto", "tokens_per_s", "transport"}
+    "nccl_algo", "nccl_proto", "tokens_per_s", "transport",
+    # profiling columns (docs/profiling.md)
+    "skew_us", "late_rank", "late_share", "late_gap_us", "kernel_us", "enqueue_us", "nccl_channels",
+    "nccl_proxy_steps", "profiled"}
 LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold"}
 
 

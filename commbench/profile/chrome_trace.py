@@ -3,9 +3,9 @@
 Per rank (one trace process each, named "rank R (host)"):
 
 - ``iterations``: each timed iteration from the rank's start to its end (timeline.csv);
-- ``host enqueue``: each NCCL API call and task enqueue (``--profile nccl``);
+- ``host API calls`` and ``host enqueue``: each NCCL API call and task enqueue (``--profile nccl``);
 - ``kernel ch N``: each NCCL kernel channel from its GPU start to its GPU end;
-- ``proxy ch N``: each proxy op (network work of a channel) and its first steps.
+- ``proxy ch N send|recv peer P``: each proxy op (network work of a channel) and its first steps.
 
 Every stamp is moved onto rank 0's clock with the offsets measured for the Case
 (traces/cases.jsonl) and shown relative to the Case's earliest start, in
@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import CommbenchError
 from . import nccl_plugin, nccl_records, store
 
-TID_ITER, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 100, 1000
+TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
 
 
 class TraceError(CommbenchError):
@@ -40,6 +40,14 @@ def _span(name: str, pid: int, tid: int, start_us: float, end_us: float, cat: st
             "dur": round(max(0.0, end_us - start_us), 3), "args": args or {}}
 
 
+def _async(name: str, pid: int, tid: int, start_us: float, end_us: float, cat: str, ident: str,
+           args: dict) -> list[dict]:
+    """A begin/end pair of async events (they may overlap each other, unlike complete events)."""
+    base = {"name": name, "cat": cat, "pid": pid, "tid": tid, "id": ident}
+    return [{**base, "ph": "b", "ts": round(start_us, 3), "args": args},
+            {**base, "ph": "e", "ts": round(max(start_us, end_us), 3)}]
+
+
 def _nccl_lines(run_dir: Path, case_id: str, host: str, pid: int) -> list[dict]:
     lines: list[dict] = []
     for path in nccl_plugin.own_files(nccl_plugin.traces_dir(run_dir), pid):
@@ -50,8 +58,33 @@ def _nccl_lines(run_dir: Path, case_id: str, host: str, pid: int) -> list[dict]:
     return lines
 
 
-def _nccl_events(tasks, rank: int, common, used_tids: set) -> list[dict]:
-    """Enqueue, kernel-channel and proxy events of one rank; ``common(ns)`` maps its host clock to trace us."""
+class _Lanes:
+    """Thread ids of one rank's trace: slices on one thread must nest, so every stream of
+    events that can overlap another (a send and a receive on one channel) gets its own lane."""
+
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self._proxy: dict[tuple, int] = {}
+
+    def next_id(self) -> int:
+        self._ids = getattr(self, "_ids", 0) + 1
+        return self._ids
+
+    def fixed(self, tid: int, name: str) -> int:
+        self.names[tid] = name
+        return tid
+
+    def proxy(self, ch: int, kind: str, peer: int) -> int:
+        key = (ch, kind, peer)
+        if key not in self._proxy:
+            self._proxy[key] = TID_PROXY + len(self._proxy)
+            self.names[self._proxy[key]] = f"proxy ch {ch} {kind} peer {peer}"
+        return self._proxy[key]
+
+
+def _nccl_events(tasks, rank: int, common, lanes: _Lanes) -> list[dict]:
+    """API call, enqueue, kernel-channel and proxy events of one rank; ``common(ns)`` maps its host
+    clock to trace microseconds."""
     out: list[dict] = []
     gpu_offset = nccl_records.gpu_to_host_ns(tasks)
     for t in tasks:
@@ -59,29 +92,27 @@ def _nccl_events(tasks, rank: int, common, used_tids: set) -> list[dict]:
         args = {"seq": t.seq, "bytes": t.bytes, "algo": t.algo, "proto": t.proto, "channels": t.nchannels,
                 "complete": t.complete}
         if t.api_ns and t.api_ns[1] > t.api_ns[0]:
-            out.append(_span(f"{label} call", rank, TID_ENQUEUE, common(t.api_ns[0]), common(t.api_ns[1]), "enqueue",
-                             args))
+            out.append(_span(f"{label} call", rank, lanes.fixed(TID_CALL, "host API calls"), common(t.api_ns[0]),
+                             common(t.api_ns[1]), "enqueue", args))
         if t.enq_ns[1] > t.enq_ns[0]:
-            out.append(_span(f"{label} enqueue", rank, TID_ENQUEUE, common(t.enq_ns[0]), common(t.enq_ns[1]),
-                             "enqueue", args))
-        used_tids.add(TID_ENQUEUE)
+            out.append(_span(f"{label} enqueue", rank, lanes.fixed(TID_ENQUEUE, "host enqueue"), common(t.enq_ns[0]),
+                             common(t.enq_ns[1]), "enqueue", args))
         for ch, g0, g1, _h0, _h1 in t.channels:
             if gpu_offset is None or not g0 or not g1:
                 continue
-            out.append(_span(f"{label} ch{ch}", rank, TID_KERNEL + ch, common(g0 + gpu_offset), common(g1 + gpu_offset),
+            tid = lanes.fixed(TID_KERNEL + ch, f"kernel ch {ch}")
+            out.append(_span(f"{label} ch{ch}", rank, tid, common(g0 + gpu_offset), common(g1 + gpu_offset),
                              "kernel", {**args, "gpu_ns": g1 - g0}))
-            used_tids.add(TID_KERNEL + ch)
         for p in t.proxies:
-            tid = TID_PROXY + int(p["ch"])
-            used_tids.add(tid)
             kind = "send" if p.get("send") else "recv"
+            tid = lanes.proxy(int(p["ch"]), kind, int(p["peer"]))
             if p.get("stop_ns", 0) > p.get("start_ns", 0):
-                out.append(_span(f"{label} proxy {kind} peer {p['peer']}", rank, tid, common(p["start_ns"]),
-                                 common(p["stop_ns"]), "proxy", {"steps": p.get("steps"), "bytes": p.get("bytes")}))
+                out.append(_span(f"{label} proxy {kind}", rank, tid, common(p["start_ns"]), common(p["stop_ns"]),
+                                 "proxy", {"steps": p.get("steps"), "bytes": p.get("bytes")}))
             for step, s0, s1, nbytes in p.get("step_ns", []):
-                if s1 > s0:
-                    out.append(_span(f"{kind} step {step}", rank, tid, common(s0), common(s1), "proxy step",
-                                     {"bytes": nbytes}))
+                if s1 > s0:   # steps of one op overlap (several in flight): async slices, not nested ones
+                    out += _async(f"{kind} step {step}", rank, tid, common(s0), common(s1), "proxy step",
+                                  f"r{rank}t{tid}s{lanes.next_id()}", {"bytes": nbytes})
     return out
 
 
@@ -110,17 +141,21 @@ def case_trace(run_dir: Path, case_id: str) -> dict:
 
         def common(ns: int, _off=offset) -> float:
             return (ns - _off - t0) / 1e3
-        used: set[int] = set()
-        events += _nccl_events(tasks, rank, common, used)
-        for tid in sorted(used):
-            name = ("host enqueue" if tid == TID_ENQUEUE else f"kernel ch {tid - TID_KERNEL}" if tid < TID_PROXY
-                    else f"proxy ch {tid - TID_PROXY}")
+        lanes = _Lanes()
+        events += _nccl_events(tasks, rank, common, lanes)
+        for tid, name in sorted(lanes.names.items()):
             events += _meta(rank, tid, name, tid)
+    timed = [e for e in events if e["ph"] != "M"]
+    shift = -min((e["ts"] for e in timed), default=0.0)
+    if shift > 0:   # a GPU stamp moved by an offset estimate can land just before the first start
+        for e in timed:
+            e["ts"] = round(e["ts"] + shift, 3)
     if not any(e["ph"] == "X" for e in events):
         raise TraceError(f"{run_dir}: Case {case_id} has no timed spans to draw (one rank, or a timing mode "
                          "without per-iteration starts: pipelined, graph, a family's own)")
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"case_id": case_id, "clock": "rank 0 CLOCK_MONOTONIC, us from the Case's earliest start",
+                          "origin_shift_us": round(max(shift, 0.0), 3),
                           "clock_error_ns": {str(r["rank"]): r.get("clock_error_ns") for r in info["ranks"]}}}
 
 

@@ -132,31 +132,40 @@ def case_skew(spans_ns: list[list[tuple[int, int]]]) -> dict:
     return out
 
 
-def late_findings(results, min_share: float = 0.5, min_skew_us: float = 0.0):
-    """Ranks (and hosts) late in most multi-rank Cases: a DataFrame with level, name, cases,
-    late_cases, share, median_skew_us, flagged (share >= min_share)."""
+LATE_MIN_GAP_US = 20.0   # a rank's own delay below this is noise (a wake-up), not a straggler
+
+
+def late_findings(results, min_share: float = 0.5, min_gap_us: float = LATE_MIN_GAP_US):
+    """Ranks (and hosts) late in most multi-rank Cases.
+
+    A rank is late in a Case when it was the late one in most of its iterations
+    (``late_share`` >= 0.5) by a median own delay of at least ``min_gap_us``; it is
+    flagged when that holds in at least ``min_share`` of the ok multi-rank Cases with
+    a timeline. Returns a DataFrame: level, name, cases, late_cases, share,
+    median_gap_us, flagged."""
     import pandas as pd
 
-    cols = {"late_rank", "skew_us", "world_size"}
-    if results.empty or not cols <= set(results.columns):
+    need = {"late_rank", "late_share", "late_gap_us", "world_size"}
+    if results.empty or not need <= set(results.columns):
         return pd.DataFrame()
-    df = results[(pd.to_numeric(results["world_size"], errors="coerce") > 1)
-                 & pd.to_numeric(results["late_rank"], errors="coerce").notna()]
-    if "status" in df.columns:
-        df = df[df["status"] == "ok"]
-    if df.empty:
+    num = lambda c: pd.to_numeric(results[c], errors="coerce")  # noqa: E731
+    base = results[(num("world_size") > 1) & num("late_rank").notna()]
+    if "status" in base.columns:
+        base = base[base["status"] == "ok"]
+    if base.empty:
         return pd.DataFrame()
-    skew = pd.to_numeric(df["skew_us"], errors="coerce")
-    late = df[skew >= min_skew_us]
+    share, gap = pd.to_numeric(base["late_share"], errors="coerce"), pd.to_numeric(base["late_gap_us"], errors="coerce")
+    late = base[(share >= 0.5) & (gap >= min_gap_us)]
+    levels = [("rank", late["late_rank"].astype(int).astype(str))]
+    multi_node = "num_nodes" in base.columns and pd.to_numeric(base["num_nodes"], errors="coerce").max() > 1
+    if "late_host" in base.columns and multi_node:
+        levels.append(("host", late["late_host"].astype(str)))
     recs = []
-    levels = [("rank", late["late_rank"].astype(int).astype(str), df)]
-    if "late_host" in df.columns and df["num_nodes"].fillna(1).astype(float).max() > 1:
-        levels.append(("host", late["late_host"].astype(str), df))
-    for level, names, base in levels:
+    for level, names in levels:
         for name, count in names.value_counts().items():
-            share = count / len(base)
+            rows = late[names == name]
             recs.append({"level": level, "name": f"{level} {name}", "cases": len(base), "late_cases": int(count),
-                         "share": round(share, 2),
-                         "median_skew_us": round(float(skew[names.index[names == name]].median()), 1),
-                         "flagged": share >= min_share})
+                         "share": round(count / len(base), 2),
+                         "median_gap_us": round(float(pd.to_numeric(rows["late_gap_us"]).median()), 1),
+                         "flagged": count / len(base) >= min_share})
     return pd.DataFrame(recs)
