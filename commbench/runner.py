@@ -152,13 +152,16 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     _teardown(fam, state)
     if not world.is_root:
         return row, []
-    row.update(_profile_columns(case, [g[4] for g in gathered], ctx))
+    profiled = _profile_columns(case, [g[4] for g in gathered], ctx)
     per_iter = [max(vals) for vals in zip(*(g[3] for g in gathered))]
     stats = metrics.summarize(per_iter)
     traffic = fam.traffic(case, world.size)
     algbw = metrics.gbps(traffic.algbw_bytes, stats["time_us"])
     row.update(stats, timing=mode, algbw_gbps=algbw, busbw_gbps=algbw * traffic.bus_factor,
                wrong=wrong, **extra)
+    # what the profiler saw wins over a family's own guess (nccl_algo from the log); an empty
+    # profile column never erases a family's value
+    row.update({k: v for k, v in profiled.items() if v not in (None, "") or k not in row})
     if row.get("tokens_per_rank") and row["time_us"]:
         row["tokens_per_s"] = float(row["tokens_per_rank"]) / (row["time_us"] * 1e-6)
     if wrong:
