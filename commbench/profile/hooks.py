@@ -117,8 +117,10 @@ def merge_reports(case, reports: list[dict], offsets: list[ClockOffset]) -> tupl
         cols["late_host"] = by_rank[late]["host"] if late is not None else None
         cols["skew_source"] = by_rank[0]["source"]
         for r, spans in zip(by_rank, common):
+            kernels = [it.get("kernel_us") for it in ((r.get("nccl") or {}).get("per_iteration") or [])]
             rows += [{"case_id": case.case_id, "rank": r["rank"], "host": r["host"], "iteration": i,
-                      "start_us": (s - t0) / 1e3, "end_us": (e - t0) / 1e3, "source": r["source"]}
+                      "start_us": (s - t0) / 1e3, "end_us": (e - t0) / 1e3, "source": r["source"],
+                      "kernel_us": kernels[i] if i < len(kernels) else None}
                      for i, (s, e) in enumerate(spans)]
     if mode == "nccl":
         cols.update(nccl_plugin.case_columns([r.get("nccl") or {} for r in by_rank], world_size))

@@ -1,8 +1,9 @@
 """Rank 0 stores what profiling found beside the rows: timeline.csv and traces/cases.jsonl.
 
-- ``timeline.csv``: case_id, rank, host, iteration, start_us, end_us, source: each rank's
-  start and end of each timed iteration on rank 0's clock, relative to the Case's earliest
-  start (docs/results.md).
+- ``timeline.csv``: case_id, rank, host, iteration, start_us, end_us, source, kernel_us: each
+  rank's start and end of each timed iteration on rank 0's clock, relative to the Case's
+  earliest start, and with ``--profile nccl`` the rank's kernel span of that iteration
+  (docs/results.md).
 - ``traces/cases.jsonl``: per Case, each rank's host, pid, clock offset and its error, and
   the Case's time origin ``t0_ns`` on rank 0's clock: what `commbench trace` needs to put
   every rank's records (NCCL plugin files are named by pid) on one timeline.
@@ -14,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-TIMELINE_COLUMNS = ["case_id", "rank", "host", "iteration", "start_us", "end_us", "source"]
+TIMELINE_COLUMNS = ["case_id", "rank", "host", "iteration", "start_us", "end_us", "source", "kernel_us"]
 
 
 def append_timeline(run_dir: Path, rows: list[dict]) -> None:
