@@ -12,7 +12,7 @@ _SWITCHES_AT_START = {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "NVSHMEM_DI
                                                 "TORCH_SYMM_MEM_DISABLE_MULTICAST") if k in os.environ}
 
 import atexit  # noqa: E402 - the switches are read before anything else
-import faulthandler
+import faulthandler  # noqa: E402
 import json  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
@@ -20,9 +20,9 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from .families.base import Case  # noqa: E402
-from .results import RunFolder  # noqa: E402
+from .runfolder import RunFolder  # noqa: E402
 from .runner import Progress, run_cases  # noqa: E402
-from .safety import active_kill_switches  # noqa: E402
+from .launch.safety import active_kill_switches  # noqa: E402
 from .world import build_world  # noqa: E402
 
 

@@ -12,17 +12,18 @@ import time
 import traceback
 from pathlib import Path
 
-from . import metrics, safety, timing
+from . import metrics, timing
+from .launch import safety
 from .measure import native_loop
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
 from .profile import store as profile_store
 from .profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
+from .runfolder import RunFolder, case_row
+from .world import World
 
 PROFILE_KEY = "profile.launch"   # ctx.cache: the launch's LaunchProfiling (clock offsets, run folder)
-from .results import RunFolder, case_row
-from .world import World
 
 
 class _PhaseFailed(Exception):

@@ -14,7 +14,7 @@ import click
               help="output file when one Case is exported (default RUN/traces/chrome/<case_id>.json)")
 def trace_cmd(run_dir: Path, case_ids: tuple[str, ...], out: Path | None):
     """Merge all ranks of a Case into one Chrome trace (open it in Perfetto or chrome://tracing)."""
-    from ..report.load import load_run
+    from ..runfolder.reader import load_run
     from .chrome_trace import write_case_traces
 
     load_run(run_dir)   # a clear error when RUN is not a run folder

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..nccl_log import ALGOS, PROTOS
+from ..sysinfo.nccl_log import ALGOS, PROTOS
 
 NO_EVENTS_ONE_RANK = "no events (1 rank)"
 # the plugin reports NCCL's own spellings; rows use the NCCL_ALGO / NCCL_PROTO ones, as the log parser does

@@ -38,7 +38,7 @@ def typical_iteration(tl: pd.DataFrame) -> int:
 
 def iteration_figure(run_dir: Path, case_id: str, row: dict | None = None):
     """A matplotlib Figure of one iteration of a Case, per rank; None when there is nothing to draw."""
-    from ..report.plots import plt
+    from ..analysis.report.plots import plt
 
     tl = store.load_timeline(run_dir)
     tl = tl[tl["case_id"] == case_id]
@@ -80,8 +80,8 @@ def iteration_figure(run_dir: Path, case_id: str, row: dict | None = None):
 
 def add_section(doc, runs) -> None:
     """Append "Rank timelines" (pictures) and "Traces" (links) for runs that have per-rank data."""
-    from ..report.document import Link
-    from ..report.plots import figure_png
+    from ..analysis.report.document import Link
+    from ..analysis.report.plots import figure_png
 
     sec = None
     for run in runs:

@@ -6,8 +6,8 @@ from click.testing import CliRunner
 
 from commbench import metrics
 from commbench.cli import cli
-from commbench.gpus import gpu_count
-from commbench.results import load
+from commbench.sysinfo.gpus import gpu_count
+from commbench.runfolder.reader import load
 from tests.conftest import needs_gpu, needs_mpi
 
 pytestmark = [pytest.mark.gpu, needs_gpu, needs_mpi]

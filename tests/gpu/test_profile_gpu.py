@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from commbench.cli import cli
 from commbench.gpus import gpu_count
-from commbench.results import load
+from commbench.runfolder.reader import load
 from tests.conftest import needs_gpu, needs_mpi
 
 pytestmark = [pytest.mark.gpu, needs_gpu, needs_mpi]

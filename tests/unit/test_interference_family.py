@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from commbench.cli import cli
 from commbench.errors import SuiteError
 from commbench.families.interference import gemm
-from commbench.results import load
+from commbench.runfolder.reader import load
 from commbench.suite import load_suite
 from tests.conftest import needs_mpi
 

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from commbench.collectives import nccl_native
+from commbench.families.collectives import nccl_native
 from commbench.families.collectives import FAMILY
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("pathlib").Path(
@@ -32,3 +32,11 @@ def test_op_struct_layout_matches_the_c_struct():
 def test_nccl_backend_defaults_to_the_native_loop():
     param = FAMILY.params["timed_loop"]
     assert param.default == "native" and set(param.choices) == {"native", "python"}
+
+
+def test_allreduce_op_struct_layout_matches_the_c_struct():
+    from commbench.families.allreduce import cb_backend
+
+    # struct cb_allreduce_op: 2 ints, 4 pointers, 2 ints, size_t, 2 ints (x86-64: 64 bytes)
+    assert ctypes.sizeof(cb_backend._Op) == 64
+    assert cb_backend._Op.num_vecs.offset == 48

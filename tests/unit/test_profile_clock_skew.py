@@ -34,7 +34,7 @@ WORKER = textwrap.dedent("""
 
 @needs_mpi
 def test_offsets_recover_known_clock_shifts_within_the_stated_error(tmp_path):
-    from commbench.launch import find_mpiexec
+    from commbench.launch.mpiexec import find_mpiexec
 
     script, out = tmp_path / "w.py", tmp_path / "out.json"
     script.write_text(WORKER)

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from commbench.cli import cli
 from commbench.profile import store
-from commbench.results import load
+from commbench.runfolder.reader import load
 from tests.conftest import needs_mpi
 from tests.unit.trace_format import validate_chrome_trace
 
@@ -114,7 +114,7 @@ def test_trace_command_gives_valid_chrome_traces(run_dir):
 
 
 def test_report_shows_rank_timelines_and_links_traces(run_dir):
-    from commbench.report.build import write_report
+    from commbench.analysis.report.build import write_report
 
     CliRunner().invoke(cli, ["trace", str(run_dir)])
     html_path, md_path = write_report([run_dir])
