@@ -24,7 +24,8 @@ def select_cases(results: pd.DataFrame, timeline: pd.DataFrame, limit: int = MAX
     rows = results[results["case_id"].astype(str).isin(have)].copy()
     if rows.empty:
         return []
-    rows["_profiled"] = rows.get("profiled", pd.Series("", index=rows.index)).fillna("").astype(str) != ""
+    prof = rows["profiled"] if "profiled" in rows.columns else pd.Series(None, index=rows.index, dtype=object)
+    rows["_profiled"] = prof.notna() & (prof.astype(str) != "")   # an all-empty column reads as NaN
     rows["_skew"] = pd.to_numeric(rows.get("skew_us", pd.Series(0, index=rows.index)), errors="coerce").fillna(0)
     rows = rows.sort_values(["_profiled", "_skew"], ascending=False)
     return list(rows["case_id"].astype(str).head(limit))
