@@ -11,27 +11,24 @@ measurement runs with the collective in a thread beside torch's matmul.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ... import metrics
 from ...errors import SkipCase
+from ...measure.state import CaseState
 from ..base import Case, Family, Param, RankContext, Traffic
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
 
 
 @dataclass
-class InterferenceState:
+class InterferenceState(CaseState):
     case: Case
     world: object
     pair: object
     gemm: tuple            # (A, B, C)
     bufs: object
     comm: object           # zero-argument collective
-    count: int
-    size_bytes: int
-    extra: dict = field(default_factory=dict)
-    timing_label: str = "overlap"
 
 
 class Interference(Family):
@@ -98,12 +95,16 @@ class Interference(Family):
             pair = overlap.CpuPair(lambda: gemm.run(a, b, c), comm)
         size_bytes = (metrics.algbw_bytes(case.op, count, elem, n) if case.op in ("all_gather", "reduce_scatter",
                                                                                    "alltoall") else count * elem)
-        return InterferenceState(case, world, pair, (a, b, c), bufs, comm, count, size_bytes)
+        state = InterferenceState(case=case, world=world, pair=pair, gemm=(a, b, c), bufs=bufs, comm=comm,
+                                  count=count, size_bytes=size_bytes, timing_label="overlap")
+        # both ops alone and together, timed by the family itself (two streams, one start)
+        state.measure = lambda warmup, iters: self.measure_overlap(state, warmup, iters)
+        return state
 
     def run(self, state: InterferenceState) -> None:
-        state.comm()   # the family times itself (measure); run is the collective alone
+        state.comm()   # the state times itself (state.measure); run is the collective alone
 
-    def measure(self, state: InterferenceState, warmup: int, iters: int) -> list[float]:
+    def measure_overlap(self, state: InterferenceState, warmup: int, iters: int) -> list[float]:
         """Per iteration: the together step's wall time; the per-op times go into extra columns."""
         from . import gemm, overlap
 
