@@ -12,7 +12,11 @@ from commbench.profile import nccl_records, plugin_build
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "unit" / "native" / "profiler_harness.cc"
-NCCL_EXT = Path("/work/shared/third_party/nccl-2.28.9-ext-profiler.tar.gz")
+_EXT_NAME = "nccl-2.28.9-ext-profiler.tar.gz"   # NCCL's own profiler headers (BSD), beside the checkout
+NCCL_EXT = next((p for p in (ROOT / "shared" / "third_party" / _EXT_NAME,
+                             ROOT.parent / "shared" / "third_party" / _EXT_NAME,
+                             Path("/work/shared/third_party") / _EXT_NAME) if p.exists()),
+                Path("/work/shared/third_party") / _EXT_NAME)
 
 needs_cxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine")
 
