@@ -41,13 +41,19 @@ def cli():
                    "--set params.num_sms=16 (recorded in run.json)")
 @click.option("--only", "only", multiple=True, metavar="BENCH",
               help="run only the named benchmark(s) of the suite (repeatable; recorded in run.json)")
+@click.option("--profile", "profile", type=click.Choice(["torch", "nccl"]), default=None,
+              help="profile every benchmark's timed batch: torch (torch.profiler traces in traces/) or nccl "
+                   "(commbench's NCCL profiler plugin: kernel_us, channels, algorithm, proxy steps); "
+                   "the same as the suite key `profile` (docs/profiling.md)")
 def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...],
-        only: tuple[str, ...]):
+        only: tuple[str, ...], profile: str | None):
     """Run a suite: every Case measured, checked and stored in a run folder."""
     from .launch.orchestrate import run_suite
     from .suite import load_suite, parse_overrides
 
     overrides = _with_only(parse_overrides(sets), only)
+    if profile:
+        overrides["profile"] = profile
     if dry_run:
         s = load_suite(suite, overrides=overrides)
         _print_plan(s)
@@ -191,6 +197,15 @@ def _add_report_commands() -> None:
 
 
 _add_report_commands()
+
+
+def _add_profile_commands() -> None:
+    from .profile.commands import trace_cmd
+
+    cli.add_command(trace_cmd, "trace")
+
+
+_add_profile_commands()
 
 
 def main() -> None:

@@ -29,6 +29,11 @@ def kernels_dir() -> Path:
     env = os.environ.get("COMMBENCH_KERNELS_DIR")
     if env:
         return Path(env)
+    # A checkout's own kernels/ first: an editable install elsewhere maps commbench.kernels
+    # to its own tree, which would compile another checkout's sources.
+    beside = Path(__file__).resolve().parent.parent / "kernels"
+    if (beside / "__init__.py").exists():
+        return beside
     try:
         import commbench.kernels as k  # mapped to the top-level kernels/ folder
 

@@ -6,6 +6,7 @@
 // (e.g. cb_nccl_enqueue in nccl_enqueue.cu); the function pointer and its argument come from
 // the library that owns the op.
 #include <cuda_runtime.h>
+#include <time.h>
 #include <vector>
 
 typedef int (*cb_enqueue_fn)(void* op, cudaStream_t stream);
@@ -24,6 +25,12 @@ int enqueue_n(cb_enqueue_fn fn, void* op, cudaStream_t s, int n, int* op_err, in
     }
   }
   return 0;
+}
+
+long long monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // the clock of Python's time.perf_counter_ns()
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 struct Events {
@@ -53,14 +60,20 @@ int cb_loop_enqueue(cb_enqueue_fn fn, void* op, cudaStream_t s, int n, int* op_e
   return cudaStreamSynchronize(s);
 }
 
-// `iters` ops with an event between consecutive ops; out_us[i] = time of op i.
-int cb_loop_events(cb_enqueue_fn fn, void* op, cudaStream_t s, int iters, float* out_us, int* op_err,
-                   int* failed_at) {
+// `iters` ops with an event between consecutive ops; out_us[i] = time of op i. With host_ns
+// (iters + 1 slots, else NULL): host_ns[0] = CLOCK_MONOTONIC just after the first event was
+// recorded on the idle stream (it fires then: the anchor of the event times on the host clock),
+// host_ns[1 + i] = just before op i was enqueued (commbench.profile.skew puts ranks on one
+// timeline with them; a clock read costs ~20 ns, far below an enqueue).
+int cb_loop_events_stamped(cb_enqueue_fn fn, void* op, cudaStream_t s, int iters, float* out_us,
+                           long long* host_ns, int* op_err, int* failed_at) {
   Events e(iters + 1);
   int rc = e.create();
   if (rc) return rc;
   if ((rc = cudaEventRecord(e.ev[0], s))) return rc;
+  if (host_ns) host_ns[0] = monotonic_ns();
   for (int i = 0; i < iters; ++i) {
+    if (host_ns) host_ns[1 + i] = monotonic_ns();
     rc = fn(op, s);
     if (rc != 0) {
       *op_err = rc;
@@ -77,6 +90,11 @@ int cb_loop_events(cb_enqueue_fn fn, void* op, cudaStream_t s, int iters, float*
     out_us[i] = ms * 1e3f;
   }
   return 0;
+}
+
+int cb_loop_events(cb_enqueue_fn fn, void* op, cudaStream_t s, int iters, float* out_us, int* op_err,
+                   int* failed_at) {
+  return cb_loop_events_stamped(fn, op, s, iters, out_us, nullptr, op_err, failed_at);
 }
 
 // One event pair around `iters` back-to-back ops; *out_us = elapsed / iters (nccl-tests' default).

@@ -82,6 +82,9 @@ class Case:
     ranks_per_node: int
     timeout_s: float
     hosts: tuple[str, ...] = ()  # named hosts of a per-node / pairwise placement; () = anywhere
+    # "torch" | "nccl" | "" (commbench.profile): how the timed batch is profiled; not part of
+    # case_id, a profiled point is the same point (its row says `profiled`)
+    profile: str = ""
 
     def param(self, name: str, default: Any = None) -> Any:
         return dict(self.params).get(name, default)

@@ -18,8 +18,8 @@ from ..measure.runner import Progress, run_cases
 from ..suite import load_suite
 from ..world import build_world
 from .finish import finish
-from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, record_unsupported, resume_meta,
-                      settled_row, write_plan)
+from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, profile_env, record_unsupported,
+                      resume_meta, settled_row, write_plan)
 from .safety import launch_env
 
 LOG = "logs/inprocess.log"
@@ -69,19 +69,20 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         if launch.ranks != world.size:
             reason = (f"needs {launch.ranks} ranks; this MPI job has {world.size} "
                       f"(start it with -n {launch.ranks})")
-        elif measured_env is not None and launch.env != measured_env:
-            reason = ("environment variants need fresh processes (NCCL/NVSHMEM read their environment "
-                      "once): run commbench outside mpiexec/srun so it starts one job per variant")
+        elif measured_env is not None and (launch.env, launch.nccl_profile) != measured_env:
+            reason = ("environment variants (and NCCL profiling: a plugin NCCL loads once) need fresh "
+                      "processes (NCCL/NVSHMEM read their environment once): run commbench outside "
+                      "mpiexec/srun so it starts one job per variant")
         if reason:
             if world.is_root:
                 for c in cases:
                     folder.append_row(settled_row(c, "skipped", reason, LOG, launch.ranks))
             continue
-        measured_env = launch.env
+        measured_env = (launch.env, launch.nccl_profile)   # NCCL loads a profiler plugin once, too
         allow_mc = any(c.param("allow_multicast") for c in cases)
         saved = dict(os.environ)
         os.environ.clear()
-        os.environ.update(launch_env(folder.path, dict(launch.env), allow_mc))
+        os.environ.update(launch_env(folder.path, {**dict(launch.env), **profile_env(folder, launch)}, allow_mc))
         try:
             run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"))
         finally:

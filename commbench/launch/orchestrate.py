@@ -9,8 +9,8 @@ from ..suite import load_suite
 from ..world import inside_mpi_job
 from .failure_hosts import on_hosts
 from .finish import finish
-from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, record_unsupported, resume_meta,
-                      settled_row, write_plan)
+from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, profile_env, record_unsupported,
+                      resume_meta, settled_row, write_plan)
 from .supervise import run_launch
 
 
@@ -75,8 +75,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                 "progress": str(progress), "hosts": list(launch.hosts)}
         timeouts = {cid: by_id[cid].timeout_s for cid in pending}
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
-        out = run_launch(folder.path, task, dict(launch.env), timeouts, on_event=display.event,
-                         allow_multicast=allow_mc)
+        out = run_launch(folder.path, task, {**dict(launch.env), **profile_env(folder, launch)}, timeouts,
+                         on_event=display.event, allow_multicast=allow_mc)
         record["wall_s"] += out.wall_s
         finished = set(out.finished)
         killed = out.timed_out_case or out.crashed_case

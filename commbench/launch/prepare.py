@@ -63,7 +63,7 @@ def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None
     cases = {c.case_id: c.to_json() for c in suite.cases}
     launches = {l.launch_id: {"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
                               "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
-                              "hosts": list(l.hosts)}
+                              "hosts": list(l.hosts), "nccl_profile": l.nccl_profile}
                 for l in suite.launches}
     path = folder.path / "plan.json"
     if resume and path.exists():
@@ -124,3 +124,12 @@ def record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[s
             folder.append_row(settled_row(case, "skipped", reason, "", case.ranks))
             skipped.add(case.case_id)
     return skipped
+
+
+def profile_env(folder: RunFolder, launch) -> dict[str, str]:
+    """Variables that make a launch's NCCL load commbench's profiler plugin (nccl-profiled Cases)."""
+    if not getattr(launch, "nccl_profile", False):
+        return {}
+    from ..profile.nccl_plugin import launch_env
+
+    return launch_env(folder.path)

@@ -41,6 +41,7 @@ def _lib() -> ctypes.CDLL:
     vp, i, pi, pf = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float)
     lib.cb_loop_enqueue.argtypes = [vp, vp, vp, i, pi, pi]
     lib.cb_loop_events.argtypes = [vp, vp, vp, i, pf, pi, pi]
+    lib.cb_loop_events_stamped.argtypes = [vp, vp, vp, i, pf, ctypes.POINTER(ctypes.c_longlong), pi, pi]
     lib.cb_loop_batch.argtypes = [vp, vp, vp, i, pf, pi, pi]
     lib.cb_graph_capture.argtypes = [vp, vp, vp, i, ctypes.POINTER(vp), pi, pi]
     lib.cb_graph_batch.argtypes = [vp, vp, i, i, pf]
@@ -70,11 +71,20 @@ def warm_up(op: NativeOp, stream: int, n: int) -> None:
         _call(op, "warm-up", _lib().cb_loop_enqueue, op.fn, op.arg, stream, n)
 
 
-def time_events(op: NativeOp, stream: int, iters: int, barrier: Callable[[], None]) -> list[float]:
-    """An event between consecutive ops: one sample per op (nccl-tests -I), no sync in the batch."""
+def time_events(op: NativeOp, stream: int, iters: int, barrier: Callable[[], None],
+                host_ns: list[int] | None = None) -> list[float]:
+    """An event between consecutive ops: one sample per op (nccl-tests -I), no sync in the batch.
+
+    ``host_ns`` (a list, filled in place): the host clock when the first event was recorded,
+    then before each op's enqueue (commbench.profile.skew)."""
     out = (ctypes.c_float * iters)()
     barrier()
-    _call(op, "events batch", _lib().cb_loop_events, op.fn, op.arg, stream, iters, out)
+    if host_ns is None:
+        _call(op, "events batch", _lib().cb_loop_events, op.fn, op.arg, stream, iters, out)
+    else:
+        stamps = (ctypes.c_longlong * (iters + 1))()
+        _call(op, "events batch", _lib().cb_loop_events_stamped, op.fn, op.arg, stream, iters, out, stamps)
+        host_ns[:] = list(stamps)
     return [float(x) for x in out]
 
 

@@ -17,10 +17,14 @@ from ..errors import SkipCase
 from ..families import get_family
 from ..families.base import Case, RankContext
 from ..launch import safety
+from ..profile import store as profile_store
+from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
 from ..runfolder import RunFolder, case_row
 from ..world import World
 from . import native_loop, timing
 from .state import CaseState
+
+PROFILE_KEY = "profile.launch"   # ctx.cache: the launch's LaunchProfiling (clock offsets, run folder)
 
 
 class _PhaseFailed(Exception):
@@ -70,9 +74,11 @@ def base_row(case: Case, world: World, log: str) -> dict:
                     ranks_per_node=world.local_size, log=log)
 
 
-def _time(fam, case: Case, state: CaseState, world: World) -> tuple[list[float], str]:
+def _time(fam, case: Case, state: CaseState, world: World, prof: CaseProfiler) -> tuple[list[float], str]:
     if state.measure is not None:  # the op times itself (in-kernel clock, proxy round trips)
-        return list(state.measure(case.warmup, case.iters)), state.timing_label or "kernel"
+        with prof.timed_batch():
+            samples = list(state.measure(case.warmup, case.iters))
+        return samples, state.timing_label or "kernel"
     stream = state.stream
     mode = case.timing
     if stream is None:
@@ -83,19 +89,28 @@ def _time(fam, case: Case, state: CaseState, world: World) -> tuple[list[float],
         handle = stream.cuda_stream
         stream.synchronize()
         native_loop.warm_up(state.native, handle, case.warmup)
-        return native_loop.TIMERS[mode](state.native, handle, case.iters, world.barrier), mode
+        with prof.timed_batch():
+            if mode == "events":   # host stamps put this rank's iterations on the common clock
+                stamps: list[int] = []
+                samples = native_loop.time_events(state.native, handle, case.iters, world.barrier, host_ns=stamps)
+                prof.arrivals.record_native(stamps)
+                return samples, mode
+            return native_loop.TIMERS[mode](state.native, handle, case.iters, world.barrier), mode
     run = lambda: fam.run(state)  # noqa: E731
+    timed = prof.wrap(run) if mode in ("host", "events") else run   # arrival stamps; never inside graphs
     if mode == "host":
         for _ in range(case.warmup):
             run()
-        return timing.time_host(run, case.iters, world.barrier), mode
+        with prof.timed_batch():
+            return timing.time_host(timed, case.iters, world.barrier), mode
     import torch
 
     with torch.cuda.stream(stream):
         for _ in range(case.warmup):
             run()
     stream.synchronize()
-    return timing.TIMERS[mode](run, stream, case.iters, world.barrier), mode
+    with prof.timed_batch():
+        return timing.TIMERS[mode](timed, stream, case.iters, world.barrier), mode
 
 
 def _setup(fam, case: Case, ctx: RankContext) -> CaseState:
@@ -116,20 +131,23 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         row.update(status="skipped", reason=reason)
         return row, []
     state = None
+    prof = CaseProfiler(case, ctx, ctx.cache.get(PROFILE_KEY))
     try:
-        state = _agree(world, lambda: _setup(fam, case, ctx), undo=lambda st: _teardown(fam, st))
-        tampered = _tampered(world, safety.active_kill_switches())
-        if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
-            raise _PhaseFailed("failed", tampered)
-        samples, mode = _agree(world, lambda: _time(fam, case, state, world))
-        wrong_local = _agree(world, lambda: int(fam.check(state)))
+        with prof.case_range():
+            state = _agree(world, lambda: _setup(fam, case, ctx), undo=lambda st: _teardown(fam, st))
+            tampered = _tampered(world, safety.active_kill_switches())
+            if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
+                raise _PhaseFailed("failed", tampered)
+            samples, mode = _agree(world, lambda: _time(fam, case, state, world, prof))
+            wrong_local = _agree(world, lambda: int(fam.check(state)))
     except _PhaseFailed as exc:
         row.update(status=exc.status, reason=exc.reason)
         _teardown(fam, state)
         return row, []
     wrong = world.sum_int(wrong_local)
+    report = prof.rank_report(samples, mode)
     # per-iteration columns beside time_us (a training step's phases): state.sample_columns
-    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples,
+    gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples, report,
                                   dict(state.sample_columns)), root=0)
     extra = dict(state.extra)
     if state.stream is not None and state.measure is None:  # which loop enqueued the timed ops
@@ -140,20 +158,39 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     _teardown(fam, state)
     if not world.is_root:
         return row, []
+    profiled = _profile_columns(case, [g[4] for g in gathered], ctx)
     per_iter = [max(vals) for vals in zip(*(g[3] for g in gathered))]
     stats = metrics.summarize(per_iter)
     traffic = fam.traffic(case, world.size)
     algbw = metrics.gbps(traffic.algbw_bytes, stats["time_us"])
     row.update(stats, timing=mode, algbw_gbps=algbw, busbw_gbps=algbw * traffic.bus_factor,
                wrong=wrong, **extra)
+    # what the profiler saw wins over a family's own guess (nccl_algo from the log); an empty
+    # profile column never erases a family's value
+    row.update({k: v for k, v in profiled.items() if v not in (None, "") or k not in row})
     if from_time is not None and row["time_us"]:
         row.update(from_time(row["time_us"]))
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
                     "time_us": t, **{k: v[i] for k, v in cols.items() if i < len(v)}}
-                   for r, h, dev, ts, cols in gathered for i, t in enumerate(ts)]
+                   for r, h, dev, ts, _rep, cols in gathered for i, t in enumerate(ts)]
     return row, sample_rows
+
+
+def _profile_columns(case: Case, reports: list[dict], ctx: RankContext) -> dict:
+    """Rank 0: profiling's row columns; timeline and per-rank data go beside the rows. A profile
+    that fails says so in profile_note and leaves the measured row as it is."""
+    launch = ctx.cache.get(PROFILE_KEY)
+    try:
+        cols, timeline_rows, case_line = merge_reports(case, reports, launch.offsets() if launch else [])
+        if launch is not None and launch.run_dir is not None:
+            profile_store.append_timeline(launch.run_dir, timeline_rows)
+            profile_store.append_case_line(launch.run_dir, case_line)
+        return cols
+    except Exception as exc:  # noqa: BLE001 - nothing measured may be lost to a profiling problem
+        traceback.print_exc()
+        return {"profiled": case.profile, "profile_note": f"profile summary failed: {exc}"}
 
 
 def _teardown(fam, state) -> None:
@@ -209,6 +246,7 @@ def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
     at_start = safety.active_kill_switches() if switches_at_start is None else switches_at_start
     refused = _tampered(world, at_start) or _tampered(world, safety.active_kill_switches())
     ctx = RankContext(world=world, device="cpu" if refused else select_device(world, cases))
+    ctx.cache[PROFILE_KEY] = LaunchProfiling(world, folder.path)   # rank clocks aligned over MPI
     progress = progress if (progress and world.is_root) else Progress(None)
     try:
         for case in cases:

@@ -10,7 +10,7 @@ from ..families import all_families
 from ..families.base import Case, Family
 from ..launch.safety import suite_env_refusal
 from ..units import format_size, parse_size
-from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, TIMINGS, SuiteErrors,
+from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, PROFILES, TIMINGS, SuiteErrors,
                      as_list)
 from .yaml_lines import LineDict
 
@@ -184,6 +184,15 @@ def _timings(b: _Bench) -> list:
     return timings
 
 
+def _profile(b: _Bench) -> str:
+    profile = b.get("profile", "none")
+    profile = "none" if profile is None else profile
+    if not isinstance(profile, str) or profile not in PROFILES:
+        b.add("profile", f"unknown profile {profile!r} (known: {', '.join(PROFILES)})")
+        return "none"
+    return profile
+
+
 def _env_lists(b: _Bench) -> dict[str, list[str]]:
     env = b.get("env", {}) or {}
     if not isinstance(env, dict):
@@ -270,6 +279,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     ranks_list = _ranks(b, gpu_count)
     host_groups = _host_groups(b)
     timings = _timings(b)
+    profile = _profile(b)
     env_lists = _env_lists(b)
     param_lists = _param_lists(b, fam, ranks_list)
     if len(err.items) > n_err:
@@ -291,6 +301,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
             warmup=int(counts["warmup"]) if counts["warmup"] is not None else default_iters(size, True),
             iters=int(counts["iters"]) if counts["iters"] is not None else default_iters(size, False),
             timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
-            timeout_s=float(counts["timeout_s"]), hosts=hosts))
+            timeout_s=float(counts["timeout_s"]), hosts=hosts,
+            profile="" if profile == "none" else profile))
     _reject_values_that_never_run(b, fam, cases)
     return [] if len(err.items) > n_err else cases

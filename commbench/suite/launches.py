@@ -1,5 +1,6 @@
-"""Launch groups: Cases that share (ranks, ranks_per_node, environment, multicast opt-in, hosts)
-run in one MPI job, because NCCL and NVSHMEM read their environment once per process."""
+"""Launch groups: Cases that share (ranks, ranks_per_node, environment, multicast opt-in, hosts,
+NCCL profiling) run in one MPI job, because NCCL and NVSHMEM read their environment (and NCCL its
+profiler plugin) once per process."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,18 +21,21 @@ class Launch:
     variant: str
     case_ids: tuple[str, ...]
     hosts: tuple[str, ...] = ()
+    nccl_profile: bool = False   # ranks load commbench's NCCL profiler plugin
 
 
 def group_launches(cases: list[Case]) -> list[Launch]:
-    """One launch per distinct (ranks, ranks_per_node, env, multicast opt-in, hosts), in first-seen order."""
+    """One launch per distinct (ranks, ranks_per_node, env, multicast opt-in, hosts, nccl profiling),
+    in first-seen order."""
     groups: dict[tuple, list[Case]] = {}
     for c in cases:
-        key = (c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast")), c.hosts)
+        key = (c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast")), c.hosts, c.profile == "nccl")
         groups.setdefault(key, []).append(c)
     out = []
-    for i, ((ranks, rpn, env, _mc, hosts), cs) in enumerate(groups.items()):
+    for i, ((ranks, rpn, env, _mc, hosts, nccl_profile), cs) in enumerate(groups.items()):
         out.append(Launch(launch_id=i, ranks=ranks, ranks_per_node=rpn, env=env,
-                          variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs), hosts=hosts))
+                          variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs), hosts=hosts,
+                          nccl_profile=nccl_profile))
     return out
 
 

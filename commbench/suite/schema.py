@@ -24,10 +24,13 @@ COMMON_KEYS: dict[str, str] = {
               "(auto: CUDA events on GPU, host clock on CPU)",
     "env": "environment variables for the launch; a list of values makes one variant (fresh launch) each",
     "params": "family parameters (see `commbench list`); lists expand to cross products",
+    "profile": "none (default) | torch (torch.profiler trace of the timed batch) | nccl (commbench's NCCL "
+               "profiler plugin: kernel time per channel, algorithm, proxy steps); docs/profiling.md",
     "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
                  "in rounds of disjoint pairs); hosts from COMMBENCH_HOSTS or the Slurm allocation",
 }
 PLACEMENTS = ("together", "per_node", "pairs")
+PROFILES = ("none", "torch", "nccl")
 BENCH_KEYS: dict[str, str] = {"name": "benchmark name (unique in the suite)",
                               "family": "benchmark family (see `commbench list`)", **COMMON_KEYS}
 TOP_KEYS: dict[str, str] = {

@@ -34,7 +34,9 @@ NESTED_KEYS = {"checks", "localize", "require_all_ok"}
 SIZE_COLUMNS = {"size_bytes"}
 # Columns every run has and the family columns docs/results.md names; other columns are
 # checked against the data.
-KNOWN_COLUMNS = set(COLUMNS) | set(FAMILY_COLUMNS) | {"nccl_algo", "nccl_proto", "tokens_per_s", "transport"}
+KNOWN_COLUMNS = set(COLUMNS) | set(FAMILY_COLUMNS) | {"nccl_algo", "nccl_proto", "tokens_per_s", "transport",
+                                                    "skew_us", "late_rank", "late_share", "late_gap_us", "kernel_us",
+                                                    "enqueue_us", "nccl_channels", "nccl_proxy_steps", "profiled"}
 LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold", "pair_metric", "pair_min_excess_us"}
 PAIR_METRICS = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
 

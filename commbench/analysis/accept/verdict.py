@@ -143,7 +143,21 @@ def node_verdicts(run: Run, ruleset: RuleSet) -> tuple[list[Verdict], pd.DataFra
                                f"< +{ruleset.localize.min_excess_pct:g}% vs the others",
                                f"{f['name']} is consistently slower than its peers "
                                f"(median excess {f['median_excess_pct']}%, robust z {f['median_z']})"))
+    out += late_verdicts(run, ruleset.localize.min_share)
     return out, findings
+
+
+def late_verdicts(run: Run, min_share: float) -> list[Verdict]:
+    """A rank (or host) that arrives late, by its own delay, in most multi-rank Cases (skew columns)."""
+    from commbench.profile.skew import LATE_MIN_GAP_US, late_findings
+
+    late = late_findings(run.results, min_share)
+    return [Verdict(f"late {f['name']}", "node", False,
+                    f"late in {f['late_cases']}/{f['cases']} cases, own delay {f['median_gap_us']} us",
+                    f"late in < {min_share:.0%} of cases",
+                    f"{f['name']} arrives last at the op by its own delay (median {f['median_gap_us']} us "
+                    f">= {LATE_MIN_GAP_US:g} us) in most Cases: the others wait for it (late_rank, skew_us)")
+            for f in (late[late["flagged"]].to_dict("records") if not late.empty else [])]
 
 
 def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> list[Verdict]:

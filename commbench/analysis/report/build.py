@@ -43,6 +43,10 @@ def build_report(runs: list[Run]) -> Document:
 
     _training_section(doc, df)
 
+    from commbench.profile.timeline import add_section as add_timelines
+
+    add_timelines(doc, runs)   # per-rank timelines and trace links, where the runs have them
+
     sec = doc.section("Tables")
     for op, g in tables.points(df).groupby("op", sort=True):
         sec.sub(str(op)).table(g.drop(columns=["op"]))

@@ -14,9 +14,17 @@ class Image:
 
 
 @dataclass
+class Link:
+    """A link to a file beside the report (a trace), relative to the report's folder."""
+
+    text: str
+    href: str
+
+
+@dataclass
 class Section:
     title: str
-    items: list = field(default_factory=list)  # str (paragraph), pd.DataFrame, Image, Section
+    items: list = field(default_factory=list)  # str (paragraph), pd.DataFrame, Image, Link, Section
 
     def text(self, paragraph: str) -> "Section":
         self.items.append(paragraph)

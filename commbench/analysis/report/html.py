@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .document import Document, Image, Section, cell
+from .document import Document, Image, Link, Section, cell
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
@@ -58,6 +58,8 @@ def render(doc: Document) -> str:
             elif isinstance(it, Image):
                 data = base64.b64encode(it.png).decode("ascii")
                 parts.append(f'<p><img alt="{html.escape(it.alt)}" src="data:image/png;base64,{data}"></p>')
+            elif isinstance(it, Link):
+                parts.append(f'<p><a href="{html.escape(it.href)}">{html.escape(it.text)}</a></p>')
             else:
                 parts.append(f"<p>{html.escape(str(it))}</p>")
     for sec in doc.sections:

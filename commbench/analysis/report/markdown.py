@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .document import Document, Image, Section, cell
+from .document import Document, Image, Link, Section, cell
 
 
 def _escape(text: str) -> str:
@@ -34,6 +34,8 @@ def render(doc: Document, image_dir: str | None = None) -> str:
             elif isinstance(it, Image):
                 if image_dir is not None:
                     out.extend([f"![{it.alt}]({image_dir}/{it.name})", ""])
+            elif isinstance(it, Link):
+                out.extend([f"[{_escape(it.text)}]({it.href})", ""])
             else:
                 out.extend([str(it), ""])
     for sec in doc.sections:
