@@ -411,6 +411,7 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
+    explicit = frozenset(params)   # written in the suite: a family's presets never override these
     cases = []
     for hosts, ranks, envv, op, backend, dtype, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes,
@@ -418,14 +419,14 @@ def _expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: s
         rpn = int(ints["ranks_per_node"] or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
         n_ranks = rpn * len(hosts) if hosts else ranks
-        cases.append(Case(
+        cases.append(fam.finalize_case(Case(
             suite=suite_name, bench=bname, family=fam.name, op=op, backend=backend,
             variant=_variant_label(envv, varying), env=tuple(sorted(envv.items())),
             dtype=dtype, size_bytes=size, params=tuple(zip(pkeys, pcombo)),
             warmup=int(ints["warmup"]) if ints["warmup"] is not None else default_iters(size, True),
             iters=int(ints["iters"]) if ints["iters"] is not None else default_iters(size, False),
             timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
-            timeout_s=float(ints["timeout_s"]), hosts=hosts))
+            timeout_s=float(ints["timeout_s"]), hosts=hosts), explicit))
     return cases
 
 
