@@ -1,0 +1,284 @@
+"""The MoE layer op on the CPU: presets and planning, expert math, the expert-side
+permutation, the whole layer of every rank (plain torch) against the dense
+reference, and a broken layer caught by the same comparison."""
+import shutil
+import textwrap
+
+import pytest
+import torch
+
+from commbench import jit
+from commbench.errors import SuiteError
+from commbench.families import get_family
+from commbench.families.base import Case
+from commbench.moe import layer_ref, layer_sim, pack_ref
+from commbench.moe import reference as ref
+from commbench.moe.experts import LocalExperts, expert_forward, expert_weights
+from commbench.moe.layer import local_pairs, micro_batches, sub_routing
+from commbench.moe.presets import MODELS, resolve
+from commbench.moe.routing import generate
+from commbench.suite import load_suite
+
+H, INTER = 256, 128
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny CPU GEMMs: threads only contend (the CI machine is shared)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def layer_case(backend="ipc", dtype="bfloat16", ranks=2, timing="events", tokens=16, **params):
+    prm = {"hidden": H, "topk": 4, "experts": 8, "intermediate": INTER, "tokens": tokens,
+           "overlap": "none", "gemm": "auto", **params}
+    return Case(suite="t", bench="b", family="moe", op="layer", backend=backend,
+                variant="default", env=(), dtype=dtype, size_bytes=tokens * prm["hidden"] * 2,
+                params=tuple(sorted(prm.items())), warmup=1, iters=2, timing=timing, ranks=ranks,
+                ranks_per_node=ranks, timeout_s=60)
+
+
+def write_suite(tmp_path, body: str):
+    path = tmp_path / "s.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+# --- presets and planning ---------------------------------------------------------------
+
+def test_presets_fill_only_what_the_suite_left_out():
+    params = {"model": "deepseek-v3", "hidden": 2048, "topk": 4, "experts": 16, "routing": "random",
+              "intermediate": 512}
+    out = resolve(params, explicit={"model", "hidden"})
+    assert out["hidden"] == 2048                       # written in the suite: kept
+    assert out["experts"] == 256 and out["topk"] == 8 and out["intermediate"] == 2048
+    assert out["routing"] == "group"                   # DeepSeek-V3's group-limited router
+    assert resolve({"model": "custom", "hidden": 64}, set())["hidden"] == 64
+
+
+def test_suite_layer_cases_take_shape_and_tokens_from_preset_and_phase(tmp_path):
+    path = write_suite(tmp_path, """
+        name: layer
+        defaults: {ranks: 8}
+        benchmarks:
+          - name: l
+            family: moe
+            ops: [layer]
+            backends: [ipc_ll]
+            params: {model: [deepseek-v3, qwen3-235b-a22b, mixtral-8x7b], phase: [prefill, decode]}
+          - name: own
+            family: moe
+            ops: [layer]
+            params: {model: mixtral-8x7b, hidden: 2048, tokens: 96}
+        """)
+    suite = load_suite(path, gpu_count=8)
+    got = {(c.param("model"), c.param("phase")): c for c in suite.cases if c.bench == "l"}
+    assert len(got) == 6
+    for (model, phase), c in got.items():
+        shape = MODELS[model]
+        assert c.param("hidden") == shape["hidden"] and c.param("experts") == shape["experts"]
+        assert c.param("topk") == shape["topk"] and c.param("intermediate") == shape["intermediate"]
+        tokens = 4096 if phase == "prefill" else 128
+        assert c.param("tokens") == tokens and c.size_bytes == tokens * shape["hidden"] * 2
+    own = next(c for c in suite.cases if c.bench == "own")
+    assert own.param("hidden") == 2048 and own.param("experts") == 8 and own.param("topk") == 2
+    assert own.size_bytes == 96 * 2048 * 2
+    assert len({c.case_id for c in suite.cases}) == len(suite.cases)
+
+
+def test_layer_with_sizes_is_a_suite_error(tmp_path):
+    path = write_suite(tmp_path, """
+        name: bad
+        benchmarks:
+          - name: l
+            family: moe
+            ops: [dispatch, layer]
+            sizes: [1MiB]
+        """)
+    with pytest.raises(SuiteError, match=r"s.yaml:\d+: .*sizes: the layer op takes its tokens"):
+        load_suite(path, gpu_count=1)
+
+
+def test_presets_apply_to_dispatch_too(tmp_path):
+    path = write_suite(tmp_path, """
+        name: d
+        benchmarks:
+          - name: d
+            family: moe
+            ops: [dispatch]
+            sizes: [1792KiB]
+            params: {model: deepseek-v3}
+        """)
+    c = load_suite(path, gpu_count=1).cases[0]
+    assert c.param("hidden") == 7168 and c.param("experts") == 256 and c.size_bytes == 1792 * 1024
+
+
+def test_layer_unsupported_reasons():
+    fam = get_family("moe")
+    for backend in fam.backends:
+        if backend != "deepep":
+            assert fam.unsupported(layer_case(backend=backend, hidden=2048)) is None, backend
+    assert fam.unsupported(layer_case(backend="deepep")) is None
+    assert "configurations for" in fam.unsupported(layer_case(backend="deepep", ranks=1))
+    assert "hidden in" in fam.unsupported(layer_case(backend="deepep_ll", hidden=256))
+    assert "topk <= 11" in fam.unsupported(layer_case(backend="deepep_ll", hidden=2048, topk=12,
+                                                      experts=16))
+    assert "CUDA graph" in fam.unsupported(layer_case(backend="deepep", timing="graph"))
+    assert "CUDA graph" in fam.unsupported(layer_case(gemm="loop", timing="graph"))
+    assert fam.unsupported(layer_case(timing="graph")) is None
+    assert "multiple of 8" in fam.unsupported(layer_case(intermediate=100))
+    assert ">= 2 tokens" in fam.unsupported(layer_case(overlap="two_batch", tokens=1))
+    assert "layer op" in fam.unsupported(Case(**{**layer_case(backend="deepep_ll").__dict__,
+                                                 "op": "dispatch"}))
+    assert "multiple of 128" in fam.unsupported(layer_case(dtype="float8_e4m3", hidden=200))
+
+
+def test_layer_traffic_is_a_round_trip_and_deepep_ll_counts_selections():
+    fam = get_family("moe")
+    rt = Case(**{**layer_case(backend="ipc_ll").__dict__, "op": "round_trip"})
+    assert fam.traffic(layer_case(backend="ipc_ll"), 2) == fam.traffic(rt, 2)
+    # low-latency accounting: every (token, expert) choice, 16 tokens x top-4, both ways
+    assert fam.traffic(layer_case(backend="deepep_ll"), 2).algbw_bytes == 2 * 16 * 4 * H * 2
+
+
+# --- experts ------------------------------------------------------------------------------
+
+def test_expert_weights_are_exact_deterministic_and_distinct():
+    w13, w2 = expert_weights(3, H, INTER)
+    assert w13.shape == (2 * INTER, H) and w2.shape == (H, INTER) and w13.dtype == torch.bfloat16
+    again = expert_weights(3, H, INTER)
+    assert torch.equal(w13, again[0]) and torch.equal(w2, again[1])
+    other = expert_weights(4, H, INTER)[0]
+    assert (w13 != other).float().mean() > 0.9
+    # every value is an integer code times a power of two: exact in BF16 on every device
+    assert torch.equal(w13.float(), w13.double().float())
+    assert 0.3 < float(w13.float().std() * 9.2 * H ** 0.5) < 3     # unit-scale GEMM outputs
+
+
+def test_grouped_and_loop_gemm_agree():
+    x = ref.make_tokens(0, 40, H)
+    ends = torch.tensor([7, 7, 30, 40], dtype=torch.int32)     # an empty group too
+    grouped = LocalExperts(4, 4, H, INTER, "cpu", "auto")
+    loop = LocalExperts(4, 4, H, INTER, "cpu", "loop")
+    assert loop.gemm == "loop"
+    want = torch.cat([expert_forward(x[s:e], *expert_weights(4 + l, H, INTER))
+                      for l, (s, e) in enumerate(zip([0, 7, 7, 30], [7, 7, 30, 40]))])
+    assert torch.equal(loop.forward(x, ends), want)
+    if grouped.gemm == "grouped_mm":
+        err = layer_ref.token_errors(grouped.forward(x, ends), want.float())
+        assert float(err.max()) < 1e-2
+
+
+# --- the expert-side permutation ------------------------------------------------------------
+
+def test_pack_rows_groups_by_local_expert_and_unpacks_weighted_sums():
+    x = torch.arange(5 * 8, dtype=torch.float32).view(5, 8).bfloat16()
+    ids = torch.tensor([[4, 9, 5], [1, 5, -1], [6, 4, 0], [2, 3, 1], [5, 6, 7]])   # local 4..7
+    w = torch.tensor([[.5, .2, .3], [.6, .4, 0], [.1, .2, .7], [.3, .3, .4], [.25, .25, .5]])
+    g = pack_ref.pack_rows(x, ids, 4, 4)
+    assert g.ends.tolist() == [2, 5, 7, 8]                     # experts 4: 2 rows, 5: 3, 6: 2, 7: 1
+    assert torch.equal(g.xe[:2], x[[0, 2]]) and torch.equal(g.xe[2:5], x[[0, 1, 4]])
+    assert g.where[3].tolist() == [-1, -1, -1] and g.where[1, 0] == -1
+    ye = g.xe * 2
+    out = pack_ref.unpack_rows(ye, g, w)
+    assert torch.allclose(out[0], x[0].float() * 2 * (.5 + .3))
+    assert torch.allclose(out[4], x[4].float() * 2 * 1.0)
+    assert torch.equal(out[3], torch.zeros(8))
+
+
+def test_pack_slots_skips_empty_slots_and_puts_outputs_back():
+    x = torch.arange(12 * 4, dtype=torch.float32).view(12, 4).bfloat16()   # 2 experts x 2 segs x 3
+    counts = torch.tensor([2, 0, 1, 3])
+    g = pack_ref.pack_slots(x, counts, segs_per_expert=2, seg_rows=3)
+    assert g.where.tolist() == [0, 1, 6, 9, 10, 11] and g.ends.tolist() == [2, 6]
+    y = torch.zeros_like(x)
+    pack_ref.unpack_slots(g.xe + 1, g, y)
+    assert torch.equal(y[9], x[9] + 1) and torch.equal(y[3], torch.zeros(4))
+
+
+def test_micro_batches_split_the_routing_and_the_expert_pairs():
+    r = generate("zipf", num_ranks=3, num_tokens=11, num_experts=6, topk=2, seed=2)
+    spans = micro_batches(11, "two_batch")
+    assert spans == [(0, 6), (6, 5)] and micro_batches(11, "none") == [(0, 11)]
+    parts = [sub_routing(r, s, n) for s, n in spans]
+    for rank in range(3):
+        whole = r.of_rank(rank)[0]
+        assert torch.equal(torch.cat([p.of_rank(rank)[0] for p in parts]), whole)
+        assert sum(local_pairs(p, rank) for p in parts) == local_pairs(r, rank)
+    assert sum(local_pairs(r, rank) for rank in range(3)) == 3 * 11 * 2
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_expert_pack_kernels_compile_for_sm90():
+    jit.compile_check("moe_expert_pack", arch="sm_90")
+
+
+# --- the whole layer, every rank at once, against the dense reference ------------------------
+
+def reference_outputs(routing, fp8):
+    outs = []
+    for s in range(routing.num_ranks):
+        idx, w = routing.of_rank(s)
+        x = layer_ref.expert_inputs(ref.make_tokens(s, routing.num_tokens, H), fp8)
+        outs.append(layer_ref.reference_layer(x, idx, w, H, INTER))
+    return outs
+
+
+def wrong_tokens(outs, expected, fp8=False):
+    rtol = layer_ref.token_rtol(fp8)
+    return sum(layer_ref.mismatching_tokens(o, e, rtol) for o, e in zip(outs, expected))
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("method", ["random", "group", "zipf"])
+def test_layer_of_every_rank_matches_the_dense_reference(method, fp8):
+    r = generate(method, num_ranks=2, num_tokens=12, num_experts=8, topk=4, seed=1, n_group=4,
+                 topk_group=2)
+    experts = layer_sim.rank_experts(r, H, INTER)
+    expected = reference_outputs(r, fp8)
+    for layout in (layer_sim.layer_rows, layer_sim.layer_slots):
+        outs = layout(r, experts, H, fp8)
+        worst = max(float(layer_ref.token_errors(o, e).max()) for o, e in zip(outs, expected))
+        assert worst < layer_ref.token_rtol(fp8) / 2, (layout.__name__, worst)
+        assert wrong_tokens(outs, expected, fp8) == 0
+
+
+def test_a_broken_layer_is_caught():
+    r = generate("random", num_ranks=2, num_tokens=12, num_experts=8, topk=4, seed=3)
+    expected = reference_outputs(r, False)
+    experts = layer_sim.rank_experts(r, H, INTER)
+    assert wrong_tokens(layer_sim.layer_rows(r, experts, H), expected) == 0
+
+    # an expert computing with another expert's weights: exactly its tokens are wrong
+    swapped = layer_sim.rank_experts(r, H, INTER)
+    swapped[1].w13[0], swapped[1].w2[0] = expert_weights(7, H, INTER)   # expert 4 acts as 7
+    hits = int(sum((r.of_rank(s)[0] == 4).any(1).sum() for s in range(2)))
+    assert wrong_tokens(layer_sim.layer_rows(r, swapped, H), expected) == hits > 0
+
+    # one choice of one token dropped on the way (the token reaches 3 of its 4 experts)
+    idx = r.topk_idx.clone()
+    idx[5, 2] = -1
+    dropped = type(r)(idx, r.topk_weights, r.num_ranks, r.num_tokens, r.num_experts, r.method, r.seed)
+    assert wrong_tokens(layer_sim.layer_slots(dropped, experts, H), expected) == 1
+
+    # routing weights ignored (every choice weighs 1/topk)
+    flat = type(r)(r.topk_idx, torch.full_like(r.topk_weights, 0.25), r.num_ranks, r.num_tokens,
+                   r.num_experts, r.method, r.seed)
+    assert wrong_tokens(layer_sim.layer_rows(flat, experts, H), expected) > 0
+
+    # two tokens' outputs exchanged
+    outs = layer_sim.layer_rows(r, experts, H)
+    outs[0][[0, 1]] = outs[0][[1, 0]]
+    assert wrong_tokens(outs, expected) == 2
+
+
+def test_mismatch_counts_nan_and_zero_rows():
+    expected = torch.ones(3, 4)
+    out = expected.clone()
+    out[1, 0] = float("nan")
+    assert layer_ref.mismatching_tokens(out, expected, 1e-2) == 1
+    zero = torch.zeros(2, 4)
+    assert layer_ref.mismatching_tokens(zero, zero, 1e-2) == 0
+    assert layer_ref.mismatching_tokens(zero + 1, zero, 1e-2) == 2
