@@ -6,6 +6,7 @@ import pandas as pd
 from . import tables
 from .document import Document
 from .load import Run
+from .moe_layer import add_section as add_moe_layer_section
 from .plots import figure_png, metric_figure
 
 
@@ -40,6 +41,8 @@ def build_report(runs: list[Run]) -> Document:
     for metric, name in (("busbw_gbps", "busbw.png"), ("time_us", "time.png")):
         fig = metric_figure(df, metric)
         sec.image(figure_png(fig) if fig is not None else None, f"{metric} vs size", name)
+
+    add_moe_layer_section(doc, df)   # only when the runs hold MoE layer rows
 
     sec = doc.section("Tables")
     for op, g in tables.points(df).groupby("op", sort=True):
