@@ -125,6 +125,7 @@ class LayerState:
             from .layer_peer import PeerComm
 
             mode = "normal" if backend == "ipc" else "ll"
+            self._require_memory(mp, mode)
             return PeerComm(mp, x, mode, world.comm, dev, self.max_tokens)
         if backend == "nvshmem_ll":
             from ..nvshmem import boot
@@ -154,6 +155,18 @@ class LayerState:
             buffer = low_latency_buffer(ctx, mp, self.max_tokens)
             return DeepEPLowLatencyComm(mp, x, buffer, self.max_tokens, dev)
         raise ValueError(f"no layer over backend {backend!r}")
+
+    def _require_memory(self, mp: Problem, mode: str) -> None:
+        """Skip (on every rank alike) a workspace that cannot fit: the low-latency layout holds
+        local experts x ranks x max_tokens rows, far too many for prefill batches."""
+        from .peer import workspace_sizes
+
+        sharing = -(-self.world.local_size // torch.cuda.device_count())   # ranks per GPU
+        need = sum(workspace_sizes(mp, mode, self.max_tokens).values()) * sharing
+        free = min(self.world.allgather(int(torch.cuda.mem_get_info(self.device)[0])))
+        if need > free:
+            raise SkipCase(f"the {mode} workspace needs {need / 1e9:.1f} GB per GPU and "
+                           f"{free / 1e9:.1f} GB are free")
 
     # --- the schedules (enqueue only; the current stream is the compute stream) --------
     def run(self) -> None:

@@ -282,3 +282,26 @@ def test_mismatch_counts_nan_and_zero_rows():
     zero = torch.zeros(2, 4)
     assert layer_ref.mismatching_tokens(zero, zero, 1e-2) == 0
     assert layer_ref.mismatching_tokens(zero + 1, zero, 1e-2) == 2
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3"])
+def test_nccl_packed_rows_carry_values_ids_and_weights_where_the_pack_reads_them(dtype):
+    from commbench.moe.layer_nccl import packed_layout, packed_rows
+    from commbench.moe.problem import Problem
+
+    r = generate("random", num_ranks=2, num_tokens=6, num_experts=8, topk=4, seed=0)
+    p = Problem(r, 1, dtype, H, 8)
+    x = ref.make_tokens(1, 6, H)
+    lay = packed_layout(p)
+    rows = packed_rows(p, x)
+    assert lay["width"] % 16 == 0 and rows.shape == (6, lay["width"])
+    idx, w = r.of_rank(1)
+    assert torch.equal(rows[:, lay["ids"]:lay["w"]].contiguous().view(torch.int32), idx.int())
+    assert torch.equal(rows[:, lay["w"]:lay["w"] + 16].contiguous().view(torch.float32), w)
+    if dtype == "bfloat16":
+        assert torch.equal(rows[:, :2 * H].contiguous().view(torch.bfloat16), x)
+    else:
+        q = rows[:, :H].contiguous().view(torch.float8_e4m3fn)
+        scales = rows[:, lay["scales"]:lay["ids"]].contiguous().view(torch.float32)
+        got = ref.dequantize_fp8(q, scales).to(torch.bfloat16)
+        assert torch.equal(got, layer_ref.expert_inputs(x, True))
