@@ -59,7 +59,7 @@ def run_case(case: Case, ctx: RankContext, broken: bool = False) -> dict:
             from commbench.moe.experts import expert_weights
 
             ex = state.experts
-            other = (ex.first + ex.num_local) % state.problem.experts
+            other = (ex.first + 1) % state.problem.experts   # any expert but its own
             ex.w13[0], ex.w2[0] = expert_weights(other, ex.hidden, ex.inter, ex.device)
         wrong = world.sum_int(fam.check(state))
     finally:
@@ -167,7 +167,9 @@ def test_pack_kernels_match_their_torch_twin():
 def test_layer_one_rank_every_backend():
     ctx = make_ctx()
     try:
-        for case, broken in plan(1, tuple(b for b in BACKENDS if b != "deepep_ll")):
+        # one process: leave out the two that bring NVSHMEM up by themselves (torch's symmetric
+        # memory, DeepEP low latency) next to ours; the suites run them in launches of their own
+        for case, broken in plan(1, tuple(b for b in BACKENDS if b not in ("symm_a2av", "deepep_ll"))):
             row = run_case(case, ctx, broken)
             if row["status"] == "skipped":
                 print("skipped", case.backend, row["reason"])
