@@ -305,3 +305,136 @@ def test_nccl_packed_rows_carry_values_ids_and_weights_where_the_pack_reads_them
         scales = rows[:, lay["scales"]:lay["ids"]].contiguous().view(torch.float32)
         got = ref.dequantize_fp8(q, scales).to(torch.bfloat16)
         assert torch.equal(got, layer_ref.expert_inputs(x, True))
+
+
+# --- the layer's schedule, measurement and check, on the CPU with a loopback all2all -------------
+
+class _Stream:
+    def synchronize(self):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+
+class _Event:
+    def record(self, stream=None):
+        pass
+
+
+class _Comm1:
+    """mpi4py stand-in for one rank."""
+
+    def allgather(self, obj):
+        return [obj]
+
+    def Barrier(self):
+        pass
+
+
+class _LoopbackComm:
+    """One rank's all2all to itself in the standard layout (received rows = own tokens)."""
+
+    def __init__(self, p, x, log):
+        self.p, self.x, self.log = p, x, log
+        self.ids, self.w = p.routing.of_rank(0)
+        self.layout, self.max_rows = "rows", p.tokens
+        self.out = torch.zeros(p.tokens, p.hidden, dtype=torch.bfloat16)
+        self.y = torch.zeros(p.tokens, p.hidden, dtype=torch.bfloat16)
+        self.source, self.sink = None, self.y
+
+    def dispatch(self):
+        self.log.append(("dispatch", self.p.tokens))
+        self.source = layer_ref.expert_inputs(self.x, self.p.fp8)
+
+    def combine(self):
+        self.log.append(("combine", self.p.tokens))
+        self.out.copy_(self.y)
+
+    def failed(self):
+        return ""
+
+    def close(self):
+        self.log.append(("close", self.p.tokens))
+
+
+class _CpuStep:
+    """ExpertStep's CPU twin (pack_ref + the same LocalExperts)."""
+
+    def __init__(self, experts, layout, cap, topk, fp8, device, max_rows=0, num_segs=0):
+        self.experts, self.cap = experts, cap
+
+    def run(self, src, dst):
+        comm = self.comm
+        g = pack_ref.pack_rows(src, comm.ids, 0, self.experts.num_local)
+        assert int(g.ends[-1]) == self.cap
+        dst.copy_(pack_ref.unpack_rows(self.experts.forward(g.xe, g.ends), g, comm.w))
+
+    def failed(self):
+        return False
+
+
+@pytest.mark.parametrize("overlap", ["none", "two_batch"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3"])
+def test_layer_state_schedule_measure_and_check_on_cpu(monkeypatch, overlap, dtype):
+    from commbench.families.base import RankContext
+    from commbench.moe import layer as layer_mod
+    from commbench.world import World
+
+    for name, value in (("Stream", lambda *a, **k: _Stream()), ("Event", lambda *a, **k: _Event()),
+                        ("current_stream", lambda *a, **k: _Stream()),
+                        ("synchronize", lambda *a, **k: None)):
+        monkeypatch.setattr(torch.cuda, name, value)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: _nullctx())
+    monkeypatch.setattr(torch.cuda, "device", lambda d: _nullctx())
+    log = []
+
+    def comm(self, backend, mp, x, ctx, group, index):
+        return _LoopbackComm(mp, x, log)
+
+    made = []
+
+    def step(*args, **kwargs):
+        made.append(_CpuStep(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(layer_mod.LayerState, "_comm", comm)
+    monkeypatch.setattr(layer_mod, "ExpertStep", step)
+    ticks = iter(range(1, 10000))
+    monkeypatch.setitem(layer_mod.TIMERS, "events",
+                        lambda fn, stream, iters, barrier: [fn() or float(next(ticks)) for _ in range(iters)])
+    world = World(0, 1, 0, 1, 1, "h", ("h",), _Comm1())
+    ctx = RankContext(world=world, device="cpu")
+    case = layer_case(backend="ipc", dtype=dtype, ranks=1, tokens=9, overlap=overlap, experts=4)
+    prm = {**{k: v.default for k, v in get_family("moe").params.items()}, **dict(case.params)}
+    state = layer_mod.LayerState(case, ctx, prm)
+    for mb, s in zip(state.mbs, made):
+        s.comm = mb.comm
+    assert [mb.comm.p.tokens for mb in state.mbs] == ([5, 4] if overlap == "two_batch" else [9])
+    samples = state.measure(warmup=1, iters=3)
+    assert len(samples) == 3 and state.timing_label == "events"
+    ex = state.extra
+    for col in ("layer_us", "dispatch_us", "expert_us", "combine_us", "serial_us", "comm_share",
+                "overlap_gain", "expert_tflops"):
+        assert ex[col] > 0, col
+    assert ex["grouped_gemm"] in ("grouped_mm", "loop") and ex["micro_batches"] == len(state.mbs)
+    assert ex["expert_pairs"] == 9 * 4                     # one rank owns every expert
+    assert state.check() == 0 and ex["max_token_err"] < layer_ref.token_rtol(dtype != "bfloat16")
+    # a broken expert is caught by the same check
+    state.experts.w2[1] = expert_weights(3, H, INTER)[1]
+    assert state.check() > 0
+    dispatches = [n for op, n in log if op == "dispatch"]
+    assert set(dispatches) == {mb.comm.p.tokens for mb in state.mbs}
+    state.close()
+    assert [op for op, _ in log[-len(made):]] == ["close"] * len(made)
+
+
+class _nullctx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
