@@ -27,7 +27,8 @@ LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shar
 
 class MoeFamily(Family):
     name = "moe"
-    summary = "MoE dispatch/combine: DeepEP-style kernels vs NCCL and symmetric-memory baselines"
+    summary = ("MoE dispatch/combine and the whole MoE layer: DeepEP-style kernels vs NCCL, "
+               "symmetric-memory and DeepEP baselines")
     # round_trip: dispatch then combine, timed as one; layer: dispatch, experts, combine
     ops = ("dispatch", "combine", "round_trip", "layer")
     backends = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",

@@ -17,13 +17,24 @@ DEEPEP_LL_MAX_TOPK = 11
 DEEPEP_NORMAL_RANKS = (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)   # Buffer.get_dispatch_config
 
 
+LAYER_ONLY = ("phase", "tokens", "intermediate", "overlap", "gemm")
+
+
 def finalize(case, explicit: frozenset):
-    """Apply the model preset; for the layer, also the phase's token count and the size it gives."""
+    """Apply the model preset; for the layer, also the phase's token count and the size it gives.
+
+    The other ops do not carry the layer's parameters (nor `model: custom`), so their
+    Cases, ids and columns stay what they were before the layer existed."""
     params = resolve(dict(case.params), explicit)
     size = case.size_bytes
     if case.op == "layer":
         params["tokens"] = layer_tokens(params)
         size = params["tokens"] * params["hidden"] * 2
+    else:
+        for key in LAYER_ONLY:
+            params.pop(key, None)
+        if params.get("model") == "custom":
+            del params["model"]
     return dataclasses.replace(case, params=tuple(params.items()), size_bytes=size)
 
 
@@ -31,10 +42,17 @@ def validate(bench: dict) -> list[tuple[str, str]]:
     """Suite-level problems of a moe benchmark (field, message)."""
     ops = bench.get("ops", [])
     ops = ops if isinstance(ops, list) else [ops]
+    params = bench.get("params") or {}
+    if "layer" in ops and len(ops) > 1:
+        return [("ops", "the layer op runs in a benchmark of its own (its tokens come from "
+                        "params.phase or params.tokens, not from sizes)")]
     if "layer" in ops and "sizes" in bench:
         return [("sizes", "the layer op takes its tokens per rank from params.tokens or "
-                          "params.phase (prefill 4096, decode 128), not from sizes: drop sizes, "
-                          "or put the layer in a benchmark of its own")]
+                          "params.phase (prefill 4096, decode 128), not from sizes: drop sizes")]
+    if "layer" not in ops:
+        extra = [k for k in LAYER_ONLY if isinstance(params, dict) and k in params]
+        if extra:
+            return [(f"params.{extra[0]}", "applies to the layer op only (ops: [layer])")]
     return []
 
 

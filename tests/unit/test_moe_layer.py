@@ -88,17 +88,32 @@ def test_suite_layer_cases_take_shape_and_tokens_from_preset_and_phase(tmp_path)
     assert len({c.case_id for c in suite.cases}) == len(suite.cases)
 
 
-def test_layer_with_sizes_is_a_suite_error(tmp_path):
-    path = write_suite(tmp_path, """
-        name: bad
-        benchmarks:
-          - name: l
-            family: moe
-            ops: [dispatch, layer]
-            sizes: [1MiB]
-        """)
-    with pytest.raises(SuiteError, match=r"s.yaml:\d+: .*sizes: the layer op takes its tokens"):
+@pytest.mark.parametrize("bench, message", [
+    ("ops: [layer]\n    sizes: [1MiB]", r"s.yaml:\d+: .*sizes: the layer op takes its tokens"),
+    ("ops: [dispatch, layer]", r"s.yaml:\d+: .*ops: the layer op runs in a benchmark of its own"),
+    ("ops: [dispatch]\n    sizes: [1MiB]\n    params: {overlap: two_batch}",
+     r"s.yaml:\d+: .*params.overlap: applies to the layer op only"),
+])
+def test_layer_suite_errors_name_file_line_and_field(tmp_path, bench, message):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: bad\nbenchmarks:\n  - name: l\n    family: moe\n    " + bench + "\n")
+    with pytest.raises(SuiteError, match=message):
         load_suite(path, gpu_count=1)
+
+
+def test_other_ops_keep_their_cases(tmp_path):
+    """dispatch/combine Cases carry no layer parameter (ids and columns as before the layer)."""
+    path = write_suite(tmp_path, """
+        name: d
+        benchmarks:
+          - name: d
+            family: moe
+            ops: [dispatch]
+            sizes: [512KiB]
+        """)
+    c = load_suite(path, gpu_count=1).cases[0]
+    names = dict(c.params)
+    assert not {"model", "phase", "tokens", "intermediate", "overlap", "gemm"} & set(names)
 
 
 def test_presets_apply_to_dispatch_too(tmp_path):
