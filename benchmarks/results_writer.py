@@ -15,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from commbench.results import COLUMNS, RunFolder, load  # noqa: E402
+from commbench.runfolder import COLUMNS, RunFolder  # noqa: E402
+from commbench.runfolder.reader import load  # noqa: E402
 
 
 def row(i: int) -> dict:

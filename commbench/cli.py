@@ -43,7 +43,7 @@ def cli():
 def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...],
         only: tuple[str, ...]):
     """Run a suite: every Case measured, checked and stored in a run folder."""
-    from .orchestrate import run_suite
+    from .launch.orchestrate import run_suite
     from .suite import load_suite, parse_overrides
 
     overrides = _with_only(parse_overrides(sets), only)
@@ -63,7 +63,12 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
         sys.exit(130)
+    from .verdict import run_exit_status_all_ranks
+
+    code, summary = run_exit_status_all_ranks(run_dir)
     click.echo(f"run folder: {run_dir}")
+    click.echo(f"commbench: {summary}")
+    sys.exit(code)
 
 
 def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
@@ -133,19 +138,19 @@ def info(as_json: bool):
     """GPUs, driver, CUDA, torch, NCCL, NVSHMEM, MPI versions, multicast capability."""
     import json
 
-    from . import sysinfo
+    from .sysinfo import machine
 
-    data = sysinfo.collect()
+    data = machine.collect()
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
-        from .info_view import format_info
+        from .sysinfo.view import format_info
 
         Console().print(format_info(data))
 
 
 def _add_report_commands() -> None:
-    from .report.commands import accept_cmd, compare_cmd, report_cmd
+    from .analysis.commands import accept_cmd, compare_cmd, report_cmd
 
     cli.add_command(report_cmd, "report")
     cli.add_command(compare_cmd, "compare")

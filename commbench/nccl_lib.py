@@ -83,6 +83,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.ncclGetUniqueId.argtypes = [ctypes.POINTER(UniqueId)]
     lib.ncclGetVersion.argtypes = [ctypes.POINTER(c_int)]
     lib.ncclCommDestroy.argtypes = [vp]
+    if hasattr(lib, "ncclAlltoAll"):  # NCCL >= 2.28: one call (nccl-tests uses it when present)
+        lib.ncclAlltoAll.argtypes = [vp, vp, sz, c_int, vp, vp]
     if hasattr(lib, "ncclMemAlloc"):
         lib.ncclMemAlloc.argtypes = [ctypes.POINTER(vp), sz]
         lib.ncclMemFree.argtypes = [vp]
@@ -155,3 +157,8 @@ def mem_alloc(nbytes: int) -> int:
 
 def mem_free(ptr: int) -> None:
     _check(library().ncclMemFree(ptr), "ncclMemFree")
+
+
+def has_alltoall() -> bool:
+    """libnccl exports ncclAlltoAll (NCCL >= 2.28); else alltoall is grouped send/recv."""
+    return hasattr(library(), "ncclAlltoAll")

@@ -4,19 +4,26 @@
 """
 from __future__ import annotations
 
-import atexit
-import faulthandler
-import json
 import os
-import signal
-import socket
-import sys
-from pathlib import Path
 
-from .families.base import Case
-from .results import RunFolder
-from .runner import Progress, run_cases
-from .world import build_world
+# First act of the rank: read the multicast kill switches before any other commbench code runs, so
+# whatever changed them (a sitecustomize, a .pth file) is caught and the rank refuses to measure.
+_SWITCHES_AT_START = {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS",
+                                                "TORCH_SYMM_MEM_DISABLE_MULTICAST") if k in os.environ}
+
+import atexit  # noqa: E402 - the switches are read before anything else
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from .families.base import Case  # noqa: E402
+from .runfolder import RunFolder  # noqa: E402
+from .runner import Progress, run_cases  # noqa: E402
+from .launch.safety import active_kill_switches  # noqa: E402
+from .world import build_world  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -30,10 +37,13 @@ def main(argv: list[str]) -> int:
     if world.size != task["ranks"]:
         print(f"commbench: launch expected {task['ranks']} ranks, MPI started {world.size}", file=sys.stderr)
         return 3
+    seen = world.comm.gather(active_kill_switches(_SWITCHES_AT_START), root=0)
     if world.is_root:
         hosts_file = run_dir / "logs" / f"launch-{task['launch_id']}.hosts.json"
-        hosts_file.write_text(json.dumps({"hosts": list(world.hosts), "num_nodes": world.num_nodes}))
-    run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])))
+        hosts_file.write_text(json.dumps({"hosts": list(world.hosts), "num_nodes": world.num_nodes,
+                                          "kill_switches_seen": {str(r): v for r, v in enumerate(seen)}}))
+    run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])),
+              switches_at_start=active_kill_switches(_SWITCHES_AT_START))
     world.barrier()
     return 0
 

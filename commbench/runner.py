@@ -13,10 +13,12 @@ import traceback
 from pathlib import Path
 
 from . import metrics, timing
+from .launch import safety
+from .measure import native_loop
 from .errors import SkipCase
 from .families import get_family
 from .families.base import Case, RankContext
-from .results import RunFolder, case_row
+from .runfolder import RunFolder, case_row
 from .world import World
 
 
@@ -79,9 +81,21 @@ def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
         mode = "host"
     elif mode in ("auto", "host"):
         mode = "events"
-    for _ in range(case.warmup):
-        fam.run(state)
-    if stream is not None:
+    native = getattr(state, "native", None)
+    if native is not None and mode in native_loop.TIMERS:
+        handle = stream.cuda_stream
+        stream.synchronize()
+        native_loop.warm_up(native, handle, case.warmup)
+        return native_loop.TIMERS[mode](native, handle, case.iters, world.barrier), mode
+    if stream is None:
+        for _ in range(case.warmup):
+            fam.run(state)
+    else:
+        import torch
+
+        with torch.cuda.stream(stream):
+            for _ in range(case.warmup):
+                fam.run(state)
         stream.synchronize()
     run = lambda: fam.run(state)  # noqa: E731
     if mode == "host":
@@ -102,6 +116,9 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     state = None
     try:
         state = _agree(world, lambda: fam.setup(case, ctx), undo=lambda st: _teardown(fam, st))
+        tampered = _tampered(world, safety.active_kill_switches())
+        if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
+            raise _PhaseFailed("failed", tampered)
         samples, mode = _agree(world, lambda: _time(fam, case, state, world))
         wrong_local = _agree(world, lambda: int(fam.check(state)))
     except _PhaseFailed as exc:
@@ -111,6 +128,8 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     wrong = world.sum_int(wrong_local)
     gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
     extra = dict(getattr(state, "extra", {}) or {})
+    if getattr(state, "stream", None) is not None:  # which loop enqueued the timed ops
+        extra.setdefault("timed_loop", "native" if getattr(state, "native", None) is not None else "python")
     row["size_bytes"] = getattr(state, "size_bytes", case.size_bytes)
     row["count"] = getattr(state, "count", None)
     _teardown(fam, state)
@@ -166,15 +185,33 @@ class Progress:
             fh.flush()
 
 
+def _tampered(world: World, seen: dict) -> str | None:
+    """The first rank's reason to refuse measuring (kill switches differ from what the launch set)."""
+    reasons = world.allgather(safety.switch_tamper(seen, safety.expected_switches()))
+    for rank, reason in enumerate(reasons):
+        if reason:
+            return f"rank {rank}: {reason}" if world.size > 1 else reason
+    return None
+
+
 def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
-              progress: Progress | None = None, on_row=None) -> None:
-    """Run Cases in order on this rank; rank 0 stores each row as soon as it is measured."""
-    ctx = RankContext(world=world, device=select_device(world, cases))
+              progress: Progress | None = None, on_row=None, switches_at_start: dict | None = None) -> None:
+    """Run Cases in order on this rank; rank 0 stores each row as soon as it is measured.
+
+    Before the first Case and after every Case's set-up, each rank compares the multicast kill
+    switches it sees with what its launch set; any difference fails the Case unmeasured."""
+    at_start = safety.active_kill_switches() if switches_at_start is None else switches_at_start
+    refused = _tampered(world, at_start) or _tampered(world, safety.active_kill_switches())
+    ctx = RankContext(world=world, device="cpu" if refused else select_device(world, cases))
     progress = progress if (progress and world.is_root) else Progress(None)
     try:
         for case in cases:
             progress.emit("start", case)
-            row, samples = measure_case(case, ctx, log)
+            if refused:
+                row, samples = base_row(case, world, log), []
+                row.update(status="failed", reason=refused)
+            else:
+                row, samples = measure_case(case, ctx, log)
             if world.is_root:
                 folder.append_row(row)
                 if samples:

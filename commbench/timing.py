@@ -9,6 +9,7 @@ import time
 from typing import Callable
 
 PIPELINED_REPEATS = 5
+GRAPH_LAUNCHES = 5  # as nccl-tests -G 5
 
 
 def _sync(stream) -> None:
@@ -33,7 +34,8 @@ def time_events(run: Callable[[], None], stream, iters: int, barrier: Callable[[
 
 def _repeated_batches(enqueue_batch: Callable[[], None], stream, iters: int,
                       barrier: Callable[[], None]) -> list[float]:
-    """PIPELINED_REPEATS samples, each one event pair around a batch of ``iters`` ops / iters."""
+    """PIPELINED_REPEATS samples, each one event pair around a batch of ``iters`` ops / iters
+    (``iters`` counts every op the batch enqueues)."""
     import torch
 
     out = []
@@ -60,7 +62,8 @@ def time_pipelined(run: Callable[[], None], stream, iters: int, barrier: Callabl
 
 
 def time_graph(run: Callable[[], None], stream, iters: int, barrier: Callable[[], None]) -> list[float]:
-    """Capture ``iters`` ops in one CUDA graph (no launch gaps), replay it; sample = replay / iters."""
+    """Capture ``iters`` ops in one CUDA graph (no launch gaps); a sample is GRAPH_LAUNCHES replays
+    / (GRAPH_LAUNCHES x iters), nccl-tests -G's definition."""
     import torch
 
     _sync(stream)
@@ -72,7 +75,11 @@ def time_graph(run: Callable[[], None], stream, iters: int, barrier: Callable[[]
             run()
     stream.wait_stream(capture)
     graph.replay()  # the first replay uploads the graph
-    out = _repeated_batches(graph.replay, stream, iters, barrier)
+
+    def launches():  # nccl-tests -G N: N back-to-back launches of the iters-op graph per sample
+        for _ in range(GRAPH_LAUNCHES):
+            graph.replay()
+    out = _repeated_batches(launches, stream, iters * GRAPH_LAUNCHES, barrier)
     del graph
     return out
 

@@ -179,4 +179,26 @@ int cb_allreduce_launch(int algo, int dtype, const void* const* inputs, void* co
   return cudaErrorInvalidValue;
 }
 
+// One launch as the native timed loop (timed_loop.cu) enqueues it: the arguments of
+// cb_allreduce_launch kept in a struct (mirrored by families/allreduce/cb_backend.py).
+struct cb_allreduce_op {
+  int algo;
+  int dtype;
+  const void* const* inputs;
+  void* const* scratch;
+  uint32_t* const* flags;
+  void* out;
+  int rank;
+  int nranks;
+  size_t num_vecs;
+  int max_blocks;
+  int threads;
+};
+
+int cb_allreduce_enqueue(void* arg, cudaStream_t stream) {
+  const cb_allreduce_op* o = static_cast<const cb_allreduce_op*>(arg);
+  return cb_allreduce_launch(o->algo, o->dtype, o->inputs, o->scratch, o->flags, o->out, o->rank, o->nranks,
+                             o->num_vecs, o->max_blocks, o->threads, stream);
+}
+
 }  // extern "C"

@@ -11,7 +11,7 @@ sys.path.insert(0, str(ROOT))
 
 def has_mpiexec() -> bool:
     try:
-        from commbench.launch import find_mpiexec
+        from commbench.launch.mpiexec import find_mpiexec
 
         find_mpiexec()
         return True

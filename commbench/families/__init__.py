@@ -1,4 +1,8 @@
-"""Family registry: every module in this package that defines FAMILY is a family."""
+"""Family registry: every package ``commbench/families/<name>/`` that defines FAMILY is a family.
+
+A family is one package: ``__init__.py`` exports FAMILY (the Family subclass instance from
+``family.py``); its ops, backends and helpers sit beside it. ``base.py`` is the interface.
+"""
 from __future__ import annotations
 
 import importlib
@@ -14,7 +18,7 @@ def all_families() -> dict[str, Family]:
     if _REGISTRY is None:
         found: dict[str, Family] = {}
         for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if mod.name.startswith("_") or mod.name == "base":
+            if not mod.ispkg or mod.name.startswith("_"):
                 continue
             module = importlib.import_module(f"{__name__}.{mod.name}")
             fam = getattr(module, "FAMILY", None)

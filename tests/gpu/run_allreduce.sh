@@ -19,7 +19,7 @@ LOG=$OUT/allreduce-gpu.log
 import torch, sys
 print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
       "nccl", ".".join(map(str, torch.cuda.nccl.version())))
-from commbench.allreduce import gate
+from commbench.families.allreduce import gate
 print("multicast attribute (device 0):", gate.device_supports_multicast(0))
 PY
   echo "== build kernels/allreduce.cu"

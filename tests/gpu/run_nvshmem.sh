@@ -14,10 +14,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$OUT/machine.txt" 2>&1
-python3 -c "from commbench.nvshmem import boot; print(boot.metadata())" >> "$OUT/machine.txt" 2>&1
+python3 -c "from commbench.families.nvshmem import boot; print(boot.metadata())" >> "$OUT/machine.txt" 2>&1
 # Build the three libraries in parallel (device linking is single-threaded and slow).
 for lib in nvshmem_boot nvshmem_ops nvshmem_coll; do
-  python3 -c "from commbench.nvshmem import boot; boot.load_library('$lib')" > "$OUT/build-$lib.log" 2>&1 &
+  python3 -c "from commbench.families.nvshmem import boot; boot.load_library('$lib')" > "$OUT/build-$lib.log" 2>&1 &
 done
 wait
 cat "$OUT"/build-*.log > "$OUT/build.log"; rm -f "$OUT"/build-*.log

@@ -13,7 +13,7 @@ TT=${TT:-75} TS=${TS:-70}
   date -u; nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
   nproc
   echo "== build"
-  time python3 -c "from commbench.proxy import native; native.library(); print('built')"
+  time python3 -c "from commbench.families.proxy import native; native.library(); print('built')"
   echo "== GPU tests"
   timeout "$TT" python3 -m pytest -s -q -p no:cacheprovider tests/gpu/test_proxy_gpu.py
   echo "rc=$?"

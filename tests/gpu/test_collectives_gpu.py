@@ -6,8 +6,8 @@ from click.testing import CliRunner
 
 from commbench import metrics
 from commbench.cli import cli
-from commbench.gpus import gpu_count
-from commbench.results import load
+from commbench.sysinfo.gpus import gpu_count
+from commbench.runfolder.reader import load
 from tests.conftest import needs_gpu, needs_mpi
 
 pytestmark = [pytest.mark.gpu, needs_gpu, needs_mpi]
@@ -44,3 +44,32 @@ def test_nccl_all_ops_correct(tmp_path):
     assert (df.world_size == max(1, gpu_count())).all()
     graph = df[df.bench == "graph"]
     assert (graph.timing == "graph").all() and (graph.status == "ok").all()
+
+
+def test_native_loop_all_ops_every_mode_and_not_slower_than_python(tmp_path):
+    """The nccl backend's timed batch runs in native code in every timing mode, stays correct, and
+    at 8 B (host-bound) is not slower than the Python loop."""
+    suite = tmp_path / "n.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: native
+        defaults: {ranks: all, warmup: 5, iters: 20, timeout_s: 120}
+        benchmarks:
+          - name: loops
+            family: collectives
+            backends: [nccl]
+            ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv]
+            sizes: [8B, 4MiB]
+            timing: [events, pipelined, graph]
+            params: {timed_loop: [native, python], in_place: [false, true]}
+        """))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    df = load(out)
+    ok = df[df.status == "ok"]
+    assert (ok.wrong == 0).all()
+    assert set(ok.op) == set(metrics.COLLECTIVE_OPS)
+    assert set(ok.timed_loop) == {"native", "python"}
+    small = ok[(ok.size_bytes <= 8) & (ok.timing == "pipelined") & ~ok.in_place.astype(bool)]
+    t = small.pivot_table(index="op", columns="timed_loop", values="time_us")
+    assert (t["native"] <= t["python"] * 1.05).all(), t.to_string()

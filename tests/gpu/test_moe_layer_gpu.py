@@ -56,7 +56,7 @@ def run_case(case: Case, ctx: RankContext, broken: bool = False) -> dict:
     try:
         state.measure(case.warmup, case.iters)
         if broken and world.rank == 0:
-            from commbench.moe.experts import expert_weights
+            from commbench.families.moe.experts import expert_weights
 
             ex = state.experts
             other = (ex.first + 1) % state.problem.experts   # any expert but its own
@@ -101,10 +101,10 @@ def close(ctx: RankContext) -> None:
 @pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU")
 def test_pack_kernels_match_their_torch_twin():
     """Rows (int32 and int64 ids, packed strides, FP8) and slots (column-major scales)."""
-    from commbench.moe import pack_ref
-    from commbench.moe import reference as ref
-    from commbench.moe.expert_pack import ExpertStep, RowsIn, RowsOut, SlotsIn, SlotsOut
-    from commbench.moe.experts import LocalExperts
+    from commbench.families.moe import pack_ref
+    from commbench.families.moe import reference as ref
+    from commbench.families.moe.expert_pack import ExpertStep, RowsIn, RowsOut, SlotsIn, SlotsOut
+    from commbench.families.moe.experts import LocalExperts
 
     dev, H, K, L, n = "cuda", 256, 4, 4, 50
     experts = LocalExperts(4, L, H, 128, dev)

@@ -69,7 +69,7 @@ def test_op_runs_and_checks(ctx, op, backend, dtype, size, params):
 def test_check_detects_corruption(ctx):
     """The check must fail when the destination is wrong: corrupt one element after the op."""
     from commbench.families import get_family
-    from commbench.nvshmem import buffers
+    from commbench.families.nvshmem import buffers
 
     fam = get_family("nvshmem")
     state = fam.setup(make_case("put", "nvshmem", "float32", 4096, {}), ctx)

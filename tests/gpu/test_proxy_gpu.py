@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(NO_GPU, reason="no CUDA GPU: proxy GPU tests nee
 from commbench.errors import SkipCase  # noqa: E402
 from commbench.families import get_family  # noqa: E402
 from commbench.families.base import Case, RankContext  # noqa: E402
-from commbench.proxy import bench  # noqa: E402
-from commbench.proxy.native import ProxyError  # noqa: E402
+from commbench.families.proxy import bench  # noqa: E402
+from commbench.families.proxy.native import ProxyError  # noqa: E402
 
 OUT = os.environ.get("PROXY_GPU_OUT", "/tmp/proxy_gpu.jsonl")
 

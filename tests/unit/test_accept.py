@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from commbench.accept import evaluate, junit_xml
-from commbench.accept_localize import blame_pairs, round_robin_pairs, slow_from_samples
-from commbench.accept_rules import RulesError, load_rules
-from commbench.report.commands import accept_cmd
-from commbench.report.load import load_run
+from commbench.analysis.accept.verdict import evaluate, junit_xml
+from commbench.analysis.accept.localize import blame_pairs, slow_from_samples
+from commbench.sysinfo.hosts import round_robin_pairs
+from commbench.analysis.accept.rules import RulesError, load_rules
+from commbench.analysis.commands import accept_cmd
+from commbench.runfolder.reader import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "tests" / "fixtures" / "runs"
@@ -153,7 +154,7 @@ def test_blame_names_the_node_in_every_failing_pair():
 
 
 def test_junit_counts():
-    from commbench.accept import Verdict
+    from commbench.analysis.accept.verdict import Verdict
 
     xml = junit_xml([Verdict("r1", "rule", True, "1", ">= 0", "ok"),
                      Verdict("r2", "rule", False, "0", ">= 1", "too low")], "s")

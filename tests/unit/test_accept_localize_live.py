@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from commbench.accept_localize import slow_from_samples
-from commbench.accept_rules import LocalizeSettings
+from commbench.analysis.accept.localize import slow_from_samples
+from commbench.analysis.accept.rules import LocalizeSettings
 
 SLOW_NODE = "node2"
 WORKER = textwrap.dedent("""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench.allreduce import cb_backend, data
+from commbench.families.allreduce import cb_backend, data
 from commbench.families import get_family
 from commbench.families.base import Case
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from commbench.compare import CompareSettings, compare_runs, regressions, summarize
-from commbench.report.commands import compare_cmd
-from commbench.report.load import load_run
+from commbench.analysis.compare import CompareSettings, compare_runs, regressions, summarize
+from commbench.analysis.commands import compare_cmd
+from commbench.runfolder.reader import load_run
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 

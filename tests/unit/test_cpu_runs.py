@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from commbench import metrics
 from commbench.cli import cli
-from commbench.results import load, load_samples
+from commbench.runfolder.reader import load, load_samples
 from tests.conftest import needs_mpi
 
 pytestmark = needs_mpi
@@ -123,14 +123,14 @@ def test_hang_and_crash_become_rows_and_the_run_goes_on(tmp_path):
         """))
     out = tmp_path / "run"
     result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # a timeout and a failure fail the run
     df = load(out).set_index("bench")
     assert df.loc["before", "status"] == "ok"
     assert df.loc["hang", "status"] == "timeout"
     assert "logs/launch-0.log" in df.loc["hang", "reason"]
     # the hung rank's Python stack was captured before the kill
     stacks = (out / "logs" / "launch-0.rank1.stacks.txt").read_text()
-    assert "harness.py" in stacks and "in run" in stacks
+    assert "harness/family.py" in stacks and "in run" in stacks
     assert df.loc["crash", "status"] == "failed"
     assert df.loc["after", "status"] == "ok"  # relaunched after the failures
     assert df.loc["after", "time_us"] > 0
@@ -167,7 +167,7 @@ def test_inside_an_mpi_job_each_process_is_a_rank(tmp_path):
     import subprocess
     import sys
 
-    from commbench.launch import find_mpiexec
+    from commbench.launch.mpiexec import find_mpiexec
 
     suite = tmp_path / "inside.yaml"
     suite.write_text(textwrap.dedent("""\
@@ -207,10 +207,10 @@ def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):
         """)
     suite.write_text(text.replace("OP", "hang"))
     out = tmp_path / "run"
-    assert CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"]).exit_code == 0
+    assert CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"]).exit_code == 1  # the timeout fails the run
     assert list(load(out).status) == ["timeout"]
     # what --resume does after rerunning that Case: append its new row
-    from commbench.results import RunFolder
+    from commbench.runfolder import RunFolder
 
     folder = RunFolder(out)
     row = dict(folder.rows()[0], status="ok", reason="")

@@ -8,9 +8,9 @@ import pytest
 from commbench import jit
 from commbench.families import get_family
 from commbench.families.base import Case
-from commbench.moe.ipc import LAYOUT_FIELDS, workspace_layout
-from commbench.moe.peer import workspace_sizes
-from commbench.moe.problem import make_problem
+from commbench.families.moe.ipc import LAYOUT_FIELDS, workspace_layout
+from commbench.families.moe.peer import workspace_sizes
+from commbench.families.moe.problem import make_problem
 
 
 def case(op="dispatch", backend="ipc", dtype="bfloat16", size=64 * 256 * 2, ranks=2,
@@ -42,7 +42,7 @@ def test_unsupported_reasons():
 
 
 def test_agree_raises_on_every_rank_and_undoes_local_success():
-    from commbench.moe.ipc import MoeCudaError, agree
+    from commbench.families.moe.ipc import MoeCudaError, agree
 
     class Comm:   # rank 0 of 2; rank 1 failed
         def allgather(self, ok):
@@ -112,7 +112,7 @@ def test_kernels_compile_for_sm90(name):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_nvshmem_low_latency_kernels_build_and_link_for_sm90(tmp_path, monkeypatch):
-    from commbench.nvshmem import paths
+    from commbench.families.nvshmem import paths
 
     try:
         inst = paths.find_install()

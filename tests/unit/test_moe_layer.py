@@ -11,12 +11,12 @@ from commbench import jit
 from commbench.errors import SuiteError
 from commbench.families import get_family
 from commbench.families.base import Case
-from commbench.moe import layer_ref, layer_sim, pack_ref
-from commbench.moe import reference as ref
-from commbench.moe.experts import LocalExperts, expert_forward, expert_weights
-from commbench.moe.layer import local_pairs, micro_batches, sub_routing
-from commbench.moe.presets import MODELS, resolve
-from commbench.moe.routing import generate
+from commbench.families.moe import layer_ref, layer_sim, pack_ref
+from commbench.families.moe import reference as ref
+from commbench.families.moe.experts import LocalExperts, expert_forward, expert_weights
+from commbench.families.moe.layer import local_pairs, micro_batches, sub_routing
+from commbench.families.moe.presets import MODELS, resolve
+from commbench.families.moe.routing import generate
 from commbench.suite import load_suite
 
 H, INTER = 256, 128
@@ -301,8 +301,8 @@ def test_mismatch_counts_nan_and_zero_rows():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3"])
 def test_nccl_packed_rows_carry_values_ids_and_weights_where_the_pack_reads_them(dtype):
-    from commbench.moe.layer_nccl import packed_layout, packed_rows
-    from commbench.moe.problem import Problem
+    from commbench.families.moe.layer_nccl import packed_layout, packed_rows
+    from commbench.families.moe.problem import Problem
 
     r = generate("random", num_ranks=2, num_tokens=6, num_experts=8, topk=4, seed=0)
     p = Problem(r, 1, dtype, H, 8)
@@ -396,7 +396,7 @@ class _CpuStep:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3"])
 def test_layer_state_schedule_measure_and_check_on_cpu(monkeypatch, overlap, dtype):
     from commbench.families.base import RankContext
-    from commbench.moe import layer as layer_mod
+    from commbench.families.moe import layer as layer_mod
     from commbench.world import World
 
     for name, value in (("Stream", lambda *a, **k: _Stream()), ("Event", lambda *a, **k: _Event()),

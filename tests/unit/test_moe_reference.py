@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from commbench.moe import reference as ref
-from commbench.moe.bytes import moe_bytes, token_bytes
-from commbench.moe.routing import Routing, generate
+from commbench.families.moe import reference as ref
+from commbench.families.moe.bytes import moe_bytes, token_bytes
+from commbench.families.moe.routing import Routing, generate
 
 
 def small(method="random", ranks=2, tokens=16, experts=8, topk=2, seed=3, **kw):

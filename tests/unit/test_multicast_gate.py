@@ -1,8 +1,8 @@
 """The multicast gate (DESIGN section 7): kill switches win, opt-in required, device must support it."""
 import pytest
 
-from commbench import safety
-from commbench.allreduce import gate
+from commbench.launch import safety
+from commbench.families.allreduce import gate
 from commbench.errors import SkipCase
 from commbench.families.allreduce import FAMILY
 from commbench.families.base import Case, RankContext
@@ -146,7 +146,7 @@ def test_no_multicast_api_or_instruction_in_our_sources():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    sources = list((root / "commbench" / "allreduce").glob("*.py")) + list((root / "kernels").glob("allreduce*"))
+    sources = list((root / "commbench" / "families" / "allreduce").glob("*.py")) + list((root / "kernels").glob("allreduce*"))
     assert len(sources) >= 5
     for path in sources:
         text = path.read_text()

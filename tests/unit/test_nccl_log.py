@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import nccl_log
+from commbench.sysinfo import nccl_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl_logs"
 

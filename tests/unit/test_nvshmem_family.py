@@ -8,8 +8,8 @@ import pytest
 from commbench.errors import SkipCase
 from commbench.families import get_family
 from commbench.families.base import Case, RankContext
-from commbench.families.nvshmem import transport_label
-from commbench.nvshmem import boot, coll, p2p, paths
+from commbench.families.nvshmem.family import transport_label
+from commbench.families.nvshmem import boot, coll, p2p, paths
 from commbench.suite import group_launches, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,8 +23,8 @@ def make_case(op="put", backend="nvshmem", size=4096, dtype="float32", ranks=2, 
 
 
 def test_import_pulls_no_gpu_package():
-    code = ("import sys, commbench.families.nvshmem, commbench.nvshmem.boot, commbench.nvshmem.p2p, "
-            "commbench.nvshmem.coll; bad = [k for k in ('cupy', 'torch', 'nvshmem', 'cuda') if k in sys.modules]; "
+    code = ("import sys, commbench.families.nvshmem, commbench.families.nvshmem.boot, commbench.families.nvshmem.p2p, "
+            "commbench.families.nvshmem.coll; bad = [k for k in ('cupy', 'torch', 'nvshmem', 'cuda') if k in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -180,7 +180,7 @@ def test_host_put_signal_is_skipped_under_limited_mpg_before_any_nvshmem_call():
     """NVSHMEM exits the process for nvshmemx_signal_wait_until_on_stream in limited MPG."""
     from types import SimpleNamespace
 
-    from commbench.nvshmem import p2p
+    from commbench.families.nvshmem import p2p
 
     def no_load(*_):
         raise AssertionError("must skip before loading the kernels")

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from commbench import launch
-from commbench.accept import placement_verdicts
-from commbench.accept_rules import load_rules
-from commbench.report.load import Run
+from commbench.launch import mpiexec as launch
+from commbench.analysis.accept.verdict import placement_verdicts
+from commbench.analysis.accept.rules import load_rules
+from commbench.runfolder.reader import Run
 from commbench.suite import load_suite
 
 SUITE = """\
@@ -85,7 +85,7 @@ def test_per_node_run_on_this_host_records_the_host(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from commbench.cli import cli
-    from commbench.results import load
+    from commbench.runfolder.reader import load
     from tests.conftest import has_mpiexec
 
     if not has_mpiexec():

@@ -35,7 +35,7 @@ def test_kernels_compile_for_sm90():
     (3, 3, 4000, 32768, 32),   # largest ring, full warp batches
 ])
 def test_ring_delivers_everything_in_order(producers, threads, cmds, slots, batch):
-    from commbench.proxy.native import selftest
+    from commbench.families.proxy.native import selftest
 
     r = selftest(producers, threads, cmds, slots, batch)
     assert r["timeouts"] == 0
@@ -48,7 +48,7 @@ def test_ring_delivers_everything_in_order(producers, threads, cmds, slots, batc
 
 @needs_nvcc
 def test_ring_wraps_many_laps():
-    from commbench.proxy.native import selftest
+    from commbench.families.proxy.native import selftest
 
     # 2 producers x 20000 commands through 16 slots: > 2000 laps, the 8-bit lap tag wraps
     r = selftest(2, 1, 20000, 16, 2)
@@ -57,7 +57,7 @@ def test_ring_wraps_many_laps():
 
 @needs_nvcc
 def test_checker_sees_injected_loss():
-    from commbench.proxy.native import selftest
+    from commbench.families.proxy.native import selftest
 
     # the proxy drops every 97th command: the checker must report it, producers time out
     r = selftest(4, 2, 1000, 64, 4, drop_every=97, timeout_ms=300)
@@ -68,7 +68,7 @@ def test_checker_sees_injected_loss():
 
 @needs_nvcc
 def test_engine_starts_and_stops_cleanly():
-    from commbench.proxy.native import Engine, ProxyError
+    from commbench.families.proxy.native import Engine, ProxyError
 
     for _ in range(3):
         eng = Engine(device=0, threads=4, slots=256, producers=16, executor="none", host_only=True)
@@ -123,8 +123,8 @@ def test_suite_expands_both_paths():
                     reason="needs Linux affinity calls and at least 2 CPUs")
 @pytest.mark.parametrize("mode", ["all", "inherit"])
 def test_proxy_threads_escape_a_one_core_binding(mode):
-    from commbench.proxy.bench import proxy_cpus
-    from commbench.proxy.native import Engine
+    from commbench.families.proxy.bench import proxy_cpus
+    from commbench.families.proxy.native import Engine
 
     def tasks():
         out = {}

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from commbench.report import html
-from commbench.report.build import build_report
-from commbench.report.load import load_run
+from commbench.analysis.report import html
+from commbench.analysis.report.build import build_report
+from commbench.runfolder.reader import load_run
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 # Injected into a copy of the page: records load errors and each image's decoded and laid-out size.

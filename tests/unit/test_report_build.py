@@ -7,10 +7,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from commbench.report import tables
-from commbench.report.build import build_report
-from commbench.report.commands import report_cmd
-from commbench.report.load import RunFolderError, load_run
+from commbench.analysis.report import tables
+from commbench.analysis.report.build import build_report
+from commbench.analysis.commands import report_cmd
+from commbench.runfolder.reader import RunFolderError, load_run
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 
@@ -66,7 +66,7 @@ def test_not_a_run_folder_is_a_clear_error(tmp_path):
 def test_write_report_defaults_into_the_run_folder(tmp_path):
     import shutil
 
-    from commbench.report.build import write_report
+    from commbench.analysis.report.build import write_report
 
     run = tmp_path / "run"
     shutil.copytree(RUNS / "cpu-base", run)

@@ -6,11 +6,11 @@ import re
 
 from click.testing import CliRunner
 
-from commbench.report.build import build_report
-from commbench.report.commands import report_cmd
-from commbench.report.load import load_run
-from commbench.report.moe_layer import _bars, layer_rows, layer_table
-from commbench.results import RunFolder
+from commbench.analysis.commands import report_cmd
+from commbench.analysis.report.build import build_report
+from commbench.analysis.report.moe_layer import _bars, layer_rows, layer_table
+from commbench.runfolder.reader import load_run
+from commbench.runfolder.writer import RunFolder
 
 
 def layer_row(i, model, phase, backend, overlap, parts, layer, status="ok"):

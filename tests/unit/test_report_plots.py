@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from commbench.report import plots
+from commbench.analysis.report import plots
 
 
 def _rows(statuses=("ok",)):

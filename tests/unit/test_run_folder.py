@@ -1,7 +1,7 @@
 """RunFolder storage: results.jsonl is the record, results.csv its latest-row-per-Case mirror."""
 import csv
 
-from commbench.results import COLUMNS, RunFolder
+from commbench.runfolder import COLUMNS, RunFolder
 
 
 def row(cid, status="ok", **extra):
@@ -103,8 +103,8 @@ def test_a_kill_after_the_victims_row_landed_retries_the_remaining_cases(tmp_pat
     (it used to be marked failed as if the launch had died before starting)."""
     import textwrap
 
-    from commbench import orchestrate
-    from commbench.launch import LaunchOutcome
+    from commbench.launch import orchestrate
+    from commbench.launch.supervise import LaunchOutcome
     from commbench.suite import load_suite
 
     suite_path = tmp_path / "s.yaml"
@@ -145,7 +145,7 @@ def test_a_kill_after_the_victims_row_landed_retries_the_remaining_cases(tmp_pat
 
 
 def test_resume_meta_keeps_the_first_start_and_earlier_launches_and_overrides():
-    from commbench.orchestrate import overrides_meta, resume_meta
+    from commbench.launch.prepare import overrides_meta, resume_meta
 
     previous = {"started_utc": "T0", "launches": [{"launch_id": 0}], "overrides": {"only": ["a"]}}
     meta = {"started_utc": "T1"}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from commbench import sysinfo
-from commbench.info_view import format_info
+from commbench.sysinfo import machine as sysinfo
+from commbench.sysinfo.view import format_info
 
 GPU_FIELDS = ("gpus", "driver", "cuda_driver", "cuda_runtime", "topology", "nvlink", "multicast_supported")
 REQUIRED = (
@@ -254,7 +254,7 @@ def test_slurm_templates_start_ranks_with_kill_switches(tmp_path, template, mode
             f'#!/bin/bash\necho "{tool} $* | $NCCL_NVLS_ENABLE $NVSHMEM_DISABLE_NVLS '
             f'$TORCH_SYMM_MEM_DISABLE_MULTICAST" >> {record}\n')
         script.chmod(0o755)
-    repo = Path(sysinfo.__file__).resolve().parent.parent
+    repo = Path(sysinfo.__file__).resolve().parents[2]
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_ID": "77",
            "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "8", "COMMBENCH": str(tmp_path / "cb"),
            "MODE": mode, "SUITE": "suites/nvshmem.yaml", "OUT": "results/x"}

@@ -1,1 +1,0 @@
-"""Backends of the ``allreduce`` family: NCCL (ctypes), torch symmetric memory, commbench's own kernels."""

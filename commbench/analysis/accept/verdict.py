@@ -1,0 +1,239 @@
+"""Acceptance: evaluate rules on a run -> verdicts (pass/fail with reasons), JUnit XML, report."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .localize import blame_pairs, host_outliers, slow_from_samples
+from .rules import Rule, RuleSet, check_columns
+from commbench.runfolder.reader import Run
+from commbench.units import format_size
+
+# Direction of "worse" for within_pct_of; other metrics are judged two-sided.
+HIGHER_IS_BETTER = ("_gbps", "tokens_per_s", "msgs_per_s")
+LOWER_IS_BETTER = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
+
+
+@dataclass
+class Verdict:
+    check: str  # rule name, or 'row ...' / 'node ...' for built-in checks
+    kind: str  # rule | row | node
+    passed: bool
+    measured: str
+    expected: str
+    reason: str
+
+
+def _match(series: pd.Series, value) -> pd.Series:
+    if isinstance(value, bool) or isinstance(series.dtype, pd.BooleanDtype) or series.dtype == bool:
+        return series.astype(str).str.lower() == str(value).lower()
+    if isinstance(value, (int, float)) and pd.api.types.is_numeric_dtype(series):
+        return series == value
+    return series.astype(str) == str(value)
+
+
+def select(df: pd.DataFrame, rule: Rule) -> pd.DataFrame:
+    """Rows matching every selector term (a column absent from the run matches nothing)."""
+    mask = pd.Series(True, index=df.index)
+    for col, term in rule.select.terms:
+        if col not in df.columns:
+            return df.iloc[0:0]
+        kind = term[0]
+        if kind == "eq":
+            mask &= _match(df[col], term[1])
+        elif kind == "in":
+            m = pd.Series(False, index=df.index)
+            for v in term[1]:
+                m |= _match(df[col], v)
+            mask &= m
+        else:
+            num = pd.to_numeric(df[col], errors="coerce")
+            if term[1] is not None:
+                mask &= num >= term[1]
+            if term[2] is not None:
+                mask &= num <= term[2]
+    return df[mask]
+
+
+def _aggregate(rows: pd.DataFrame, rule: Rule) -> tuple[float, str]:
+    vals = pd.to_numeric(rows[rule.metric], errors="coerce").dropna()
+    agg = {"min": vals.min, "median": vals.median, "max": vals.max, "mean": vals.mean}[rule.aggregate]()
+    where = ""
+    if rule.aggregate in ("min", "max") and len(vals) and "size_bytes" in rows.columns:
+        r = rows.loc[vals.idxmin() if rule.aggregate == "min" else vals.idxmax()]
+        where = f" at {r.get('op', '')} {r.get('backend', '')} {format_size(int(r['size_bytes']))}"
+    return float(agg), where
+
+
+def _direction(metric: str) -> int:
+    if metric.endswith(HIGHER_IS_BETTER):
+        return 1
+    if metric in LOWER_IS_BETTER:
+        return -1
+    return 0
+
+
+def evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
+    rows = select(run.results, rule)
+    ok = rows[rows["status"] == "ok"] if "status" in rows.columns else rows
+    desc = f"{rule.aggregate}({rule.metric}) over {len(ok)} ok of {len(rows)} selected rows"
+    if rule.min_rows == 0 and ok.empty:
+        return Verdict(rule.name, "rule", True, desc, "n/a",
+                       "not applicable: no rows selected (min_rows 0 makes this rule optional)")
+    if len(ok) < max(rule.min_rows, 1):
+        return Verdict(rule.name, "rule", False, desc, f"at least {max(rule.min_rows, 1)} ok rows",
+                       "the selector matched too few ok rows (wrong selector, or points failed)")
+    value, where = _aggregate(ok, rule)
+    if math.isnan(value):
+        return Verdict(rule.name, "rule", False, desc, "a number", f"{rule.metric} is empty")
+    if rule.op in (">=", "<="):
+        passed = value >= rule.value if rule.op == ">=" else value <= rule.value
+        reason = f"{value:.4g}{where} {'meets' if passed else 'misses'} {rule.op} {rule.value:g}"
+        return Verdict(rule.name, "rule", passed, f"{value:.4g}", f"{rule.op} {rule.value:g}", reason)
+    if baseline is None:
+        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+                       "within_pct_of needs a baseline run (--baseline RUN)")
+    base_rows = select(baseline.results, rule)
+    base_ok = base_rows[base_rows["status"] == "ok"] if "status" in base_rows.columns else base_rows
+    if base_ok.empty:
+        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+                       "the selector matched no ok rows in the baseline run")
+    base_value, _ = _aggregate(base_ok, rule)
+    change = (value / base_value - 1.0) * 100.0 if base_value else math.inf
+    sign = 0 if rule.two_sided else _direction(rule.metric)
+    worse_by = -change if sign == 1 else change if sign == -1 else abs(change)
+    passed = worse_by <= rule.pct
+    reason = f"{value:.4g}{where} vs baseline {base_value:.4g}: {change:+.1f}%"
+    return Verdict(rule.name, "rule", passed, f"{value:.4g}",
+                   f"within {rule.pct:g}% of {base_value:.4g}", reason)
+
+
+def row_verdicts(run: Run, require_all_ok: bool) -> list[Verdict]:
+    """Rows that fail on their own: wrong > 0, failed, timeout (and skipped if required)."""
+    df = run.results
+    bad_status = {"failed", "timeout", "wrong"} | ({"skipped"} if require_all_ok else set())
+    out = []
+    for r in df.to_dict("records"):
+        wrong = r.get("wrong", 0) or 0
+        status = r.get("status", "ok")
+        if wrong > 0 or status in bad_status:
+            size = format_size(int(r["size_bytes"])) if pd.notna(r.get("size_bytes")) else "?"
+            name = f"row {r.get('op')} {r.get('backend')} {r.get('variant')} {r.get('dtype')} {size}"
+            out.append(Verdict(name, "row", False, f"status={status} wrong={int(wrong)}",
+                               "status=ok wrong=0", str(r.get("reason") or status)))
+    return out
+
+
+def node_verdicts(run: Run, ruleset: RuleSet) -> tuple[list[Verdict], pd.DataFrame]:
+    if ruleset.localize is None:
+        return [], pd.DataFrame()
+    ok_ids = run.results.loc[run.results["status"] == "ok", "case_id"] if "case_id" in run.results else None
+    findings = slow_from_samples(run.samples, ok_ids, ruleset.localize)
+    out = []
+    if not findings.empty:
+        for f in findings[findings["flagged"]].to_dict("records"):
+            out.append(Verdict(f"slow {f['level']} {f['name']}", "node", False,
+                               f"+{f['median_excess_pct']}% in {f['slow_cases']}/{f['cases']} cases",
+                               f"< +{ruleset.localize.min_excess_pct:g}% vs the others",
+                               f"{f['name']} is consistently slower than its peers "
+                               f"(median excess {f['median_excess_pct']}%, robust z {f['median_z']})"))
+    return out, findings
+
+
+def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> list[Verdict]:
+    """Per-node and pairwise placements (`hosts` column): name the bad node or the bad links.
+
+    A pair passes when all its rows are ok and every rule that selects its rows passes on them
+    alone; blame_pairs then names the node common to every failing pair. Per-node rows are
+    compared across hosts by robust z (needs 3 or more hosts)."""
+    df = run.results
+    if "hosts" not in df.columns:
+        return []
+    out = []
+    placed = df[df["hosts"].notna() & (df["hosts"].astype(str) != "")]
+    pairs = placed[placed["hosts"].astype(str).str.contains(",")]
+    if not pairs.empty:
+        passed = {}
+        for hosts, rows in pairs.groupby("hosts"):
+            sub = dataclasses.replace(run, results=rows)
+            wrong = pd.to_numeric(rows["wrong"], errors="coerce").fillna(0) if "wrong" in rows else pd.Series([0])
+            ok = rows["status"].eq("ok").all() and not (wrong > 0).any()
+            verdicts = [evaluate_rule(r, sub, baseline) for r in ruleset.rules if not select(rows, r).empty]
+            ok = ok and all(v.passed for v in verdicts)
+            passed[tuple(str(hosts).split(","))] = bool(ok)
+        blame = blame_pairs(passed)
+        if blame["node"] is not None:
+            out.append(Verdict(f"bad node {blame['node']}", "node", False, f"{len(blame['links'])} failing pair(s)",
+                               "every pair passes", blame["why"]))
+        elif blame["links"]:
+            links = ", ".join("-".join(p) for p in blame["links"])
+            out.append(Verdict("bad links", "node", False, links, "every pair passes", blame["why"]))
+    single = placed[~placed["hosts"].astype(str).str.contains(",")]
+    if "host" in single.columns and single["host"].nunique() >= 3:
+        z = host_outliers(single)
+        for rec in z[z["flagged"]].to_dict("records") if not z.empty else []:
+            out.append(Verdict(f"slow host {rec['host']}", "node", False, f"robust z {rec['median_z']:.1f}",
+                               "robust z < 3.5", f"{rec['host']} is an outlier among the per-node runs"))
+    return out
+
+
+def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[list[Verdict], pd.DataFrame]:
+    """All verdicts for a run (rules, bad rows, slow nodes) and the localisation table."""
+    check_columns(ruleset, run.results.columns)
+    verdicts = [evaluate_rule(rule, run, baseline) for rule in ruleset.rules]
+    verdicts += row_verdicts(run, ruleset.require_all_ok)
+    nodes, findings = node_verdicts(run, ruleset)
+    nodes += placement_verdicts(run, ruleset, baseline)
+    suspects = ", ".join(v.check.split(" ", 2)[2] for v in nodes if v.check.startswith("slow host"))
+    if suspects:
+        for v in verdicts:
+            if v.kind == "rule" and not v.passed:
+                v.reason += f"; suspect host(s): {suspects}"
+    return verdicts + nodes, findings
+
+
+def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
+    return pd.DataFrame([{"check": v.check, "kind": v.kind, "result": "pass" if v.passed else "fail",
+                          "measured": v.measured, "expected": v.expected, "reason": v.reason}
+                         for v in verdicts])
+
+
+def junit_xml(verdicts: list[Verdict], suite_name: str) -> str:
+    """JUnit XML: one testcase per verdict, failures with the reason."""
+    failures = sum(not v.passed for v in verdicts)
+    root = ET.Element("testsuites", name="commbench-accept", tests=str(len(verdicts)),
+                      failures=str(failures))
+    suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(verdicts)),
+                          failures=str(failures), errors="0", skipped="0")
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname=f"{suite_name}.{v.kind}", name=v.check)
+        if not v.passed:
+            fail = ET.SubElement(case, "failure", message=v.reason, type=v.kind)
+            fail.text = f"measured {v.measured}; expected {v.expected}; {v.reason}"
+        else:
+            ET.SubElement(case, "system-out").text = v.reason
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def accept_document(run: Run, ruleset: RuleSet, verdicts: list[Verdict], findings: pd.DataFrame):
+    from commbench.analysis.report.document import Document
+
+    failed = sum(not v.passed for v in verdicts)
+    doc = Document(f"commbench accept: {run.label}: {'FAIL' if failed else 'PASS'}")
+    sec = doc.section("Verdict")
+    sec.text(f"{len(verdicts)} checks, {failed} failed. Rules from {ruleset.path}. Rows with "
+             "wrong > 0, failed or timeout fail on their own"
+             + (", and so do skipped rows (require_all_ok)." if ruleset.require_all_ok else "."))
+    sec.table(verdict_table(verdicts))
+    if ruleset.localize is not None:
+        sec = doc.section("Slow nodes and GPUs")
+        sec.text(f"Per Case, each host's (and rank's) median time against the median of the "
+                 f"others; flagged when at least {ruleset.localize.min_excess_pct:g}% slower in "
+                 f"at least {ruleset.localize.min_share:.0%} of its Cases. Robust z uses the "
+                 "median and MAD across hosts (needs 3 or more).")
+        sec.table(findings, "no per-rank samples to compare")
+    return doc

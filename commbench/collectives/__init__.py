@@ -1,1 +1,0 @@
-"""Collective ops over NCCL/gloo (torch.distributed) and MPI (mpi4py): buffers, ops, checks."""

@@ -1,0 +1,107 @@
+"""All-reduce algorithms side by side: NCCL (per algorithm/protocol), NCCL symmetric
+buffers, torch symmetric memory, and commbench's own one-shot/two-shot kernels.
+
+Multicast Cases (torch_multimem, NCCL_ALGO naming NVLS/NVLSTree) pass the gate
+of DESIGN section 7 or are skipped with commbench.launch.safety's exact reason; every
+other Case runs with multicast switched off in its process.
+"""
+from __future__ import annotations
+
+from . import gate
+from .data import ELEMENT_BYTES
+from ...errors import SkipCase
+from ..base import Case, Family, Param, RankContext, Traffic
+
+NCCL_BACKENDS = ("nccl", "nccl_symm")
+TORCH_BACKENDS = ("torch_one_shot", "torch_two_shot", "torch_multimem")
+CB_BACKENDS = ("cb_one_shot", "cb_two_shot")
+MAX_PEER_RANKS = 8
+
+
+class AllReduceFamily(Family):
+    name = "allreduce"
+    summary = "all-reduce algorithms side by side (NCCL algos, symmetric memory, own kernels)"
+    ops = ("all_reduce",)
+    backends = NCCL_BACKENDS + TORCH_BACKENDS + CB_BACKENDS
+    dtypes = ("float32", "bfloat16")
+    default_dtype = "float32"
+    params = {
+        "allow_multicast": Param(False, (bool,), "opt in to NVLS/multimem Cases; site kill switches still win"),
+        "num_ctas": Param(32, (int,), "CTAs of the cb_* kernels (1..64)"),
+        "threads_per_cta": Param(512, (int,), "threads per CTA of the cb_* kernels (multiple of 32, <= 1024)"),
+        "peer_memory": Param("ipc", (str,), "how cb_* kernels map peer buffers: CUDA IPC or torch symmetric memory",
+                             choices=("ipc", "torch_symm")),
+    }
+
+    # --- planning ---
+    def unsupported(self, case: Case) -> str | None:
+        elem = ELEMENT_BYTES.get(case.dtype)
+        if elem is None:
+            return f"dtype {case.dtype} not supported (use {', '.join(self.dtypes)})"
+        if case.size_bytes < elem or case.size_bytes % elem:
+            return f"size {case.size_bytes} B is not a whole number of {case.dtype} elements"
+        if case.backend not in NCCL_BACKENDS and case.ranks > MAX_PEER_RANKS:
+            return f"{case.backend} uses peer pointers: at most {MAX_PEER_RANKS} ranks"
+        if case.backend not in NCCL_BACKENDS and case.ranks_per_node and case.ranks_per_node < case.ranks:
+            return f"{case.backend} uses peer pointers: all ranks must share one node"
+        # The kill switch and the suite's opt-in are visible here already: such Cases never launch.
+        return gate.planning_block_reason(case)
+
+    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
+        problems = []
+        params = bench.get("params") or {}
+        for value in _as_list(params.get("num_ctas", [])):
+            if not isinstance(value, int) or not 1 <= value <= 64:
+                problems.append(("params.num_ctas", f"must be an integer 1..64, got {value!r}"))
+        for value in _as_list(params.get("threads_per_cta", [])):
+            if not isinstance(value, int) or value % 32 or not 32 <= value <= 1024:
+                problems.append(("params.threads_per_cta", f"must be a multiple of 32 in 32..1024, got {value!r}"))
+        return problems
+
+    # --- measuring ---
+    def setup(self, case: Case, ctx: RankContext):
+        ordinal = int(str(ctx.device).partition(":")[2] or 0)
+        # The gate comes first, so a multicast Case is always skipped with the gate's reason.
+        reason = gate.runtime_block_reason(case, ordinal)
+        if reason:
+            raise SkipCase(reason)
+        if not str(ctx.device).startswith("cuda"):
+            raise SkipCase("allreduce needs a CUDA GPU")
+        if not gate.case_requests_multicast(case):
+            gate.forbid_multicast_in_process()
+        import torch
+
+        torch.cuda.set_device(ordinal)
+        if case.backend in NCCL_BACKENDS:
+            from . import nccl_backend as backend
+        elif case.backend in TORCH_BACKENDS:
+            from . import symm_backend as backend
+        elif case.backend in CB_BACKENDS:
+            from . import cb_backend as backend
+        else:
+            raise SkipCase(f"unknown backend {case.backend!r}")
+        state = backend.setup(case, ctx)
+        state.extra.setdefault("multicast", gate.case_requests_multicast(case))
+        return state
+
+    def run(self, state) -> None:
+        state.enqueue()
+
+    def check(self, state) -> int:
+        from .state import verify
+
+        return verify(state)
+
+    def traffic(self, case: Case, world_size: int) -> Traffic:
+        # nccl-tests all_reduce: algbw = size / t, busbw = algbw * 2(n-1)/n.
+        return Traffic(algbw_bytes=float(case.size_bytes), bus_factor=2.0 * (world_size - 1) / world_size)
+
+    def teardown(self, state) -> None:
+        state.close()
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+FAMILY = AllReduceFamily()

@@ -1,0 +1,46 @@
+"""What every all-reduce backend hands the family after setup."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import data
+
+
+@dataclass
+class ArState:
+    """Runner-visible ``stream`` and ``extra``; the rest drives run/check/teardown."""
+
+    stream: Any
+    extra: dict
+    world: Any
+    dtype: str
+    count: int
+    enqueue: Callable[[], None]
+    refill: Callable[[], None]            # rewrite this rank's input pattern
+    output: Callable[[], Any]             # 1-D tensor, ``count`` elements, result of the last op
+    clear: Callable[[], None] = lambda: None  # poison the output before the check
+    after_check: Callable[[], None] = lambda: None
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    native: Any = None  # measure.native_loop.NativeOp when the launcher can run in the native loop
+
+    def close(self) -> None:
+        while self.closers:
+            self.closers.pop()()
+
+
+def verify(state: ArState) -> int:
+    """Untimed check: fresh inputs, one op, compare with the exact sum. Collective over ranks."""
+    import torch
+
+    torch.cuda.synchronize()
+    state.world.comm.Barrier()  # no peer may still read our input
+    state.refill()
+    state.clear()
+    torch.cuda.synchronize()
+    state.world.comm.Barrier()  # every input rewritten before anyone reads
+    state.enqueue()
+    state.stream.synchronize()
+    wrong = data.count_wrong(state.output()[: state.count], state.world.size, state.dtype)
+    state.after_check()
+    return wrong

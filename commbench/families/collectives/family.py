@@ -1,0 +1,151 @@
+"""Collectives family: the seven nccl-tests ops over nccl, gloo and mpi (docs/families/collectives.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ... import metrics
+from ...errors import SkipCase
+from ..base import Case, Family, Param, RankContext, Traffic
+
+GLOO_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")
+NO_IN_PLACE = {"alltoall": "alltoall has no in-place form (send and receive buffers must differ)",
+               "sendrecv": "sendrecv has no in-place form (send and receive buffers must differ)"}
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+COPY_ADDED = {"all_reduce", "broadcast", "reduce"}  # out-of-place on torch: local copy + in-place op
+
+
+@dataclass
+class CollectiveState:
+    op: str
+    backend: str
+    dtype: str
+    reduce_op: str
+    in_place: bool
+    bufs: object
+    runner: object
+    rank: int
+    n: int
+    count: int
+    size_bytes: int
+    stream: object = None
+    extra: dict = field(default_factory=dict)
+    native: object = None  # measure.native_loop.NativeOp: the timed batch runs in native code
+
+
+class Collectives(Family):
+    name = "collectives"
+    summary = "NCCL/gloo/MPI collectives with nccl-tests' algbw and busbw"
+    ops = metrics.COLLECTIVE_OPS
+    backends = ("nccl", "torch_nccl", "gloo", "mpi")
+    dtypes = ("float32", "bfloat16", "float16", "int32")
+    default_dtype = "float32"
+    needs_gpu = True
+    params = {
+        "in_place": Param(False, (bool,), "in-place (output aliases input, as nccl-tests) or out-of-place"),
+        "reduce_op": Param("sum", (str,), "reduction for all_reduce, reduce_scatter, reduce",
+                           choices=("sum", "max", "min")),
+        "timed_loop": Param("native", (str,), "nccl backend: enqueue the timed batch from native code "
+                            "(as nccl-tests) or from Python, one interpreter call per op",
+                            choices=("native", "python")),
+    }
+
+    def unsupported(self, case: Case) -> str | None:
+        if case.param("in_place") and case.op in NO_IN_PLACE:
+            return NO_IN_PLACE[case.op]
+        if case.backend == "mpi" and case.dtype in ("bfloat16", "float16"):
+            return f"MPI has no {case.dtype} datatype"
+        return None
+
+    def setup(self, case: Case, ctx: RankContext) -> CollectiveState:
+        from . import buffers
+
+        world = ctx.world
+        n, rank = world.size, world.rank
+        elem = metrics.DTYPE_BYTES[case.dtype]
+        count = metrics.element_count(case.op, case.size_bytes, elem, n)
+        if count == 0:
+            raise SkipCase(f"{case.size_bytes} B is less than one {case.dtype} element per rank on {n} ranks")
+        size_bytes = metrics.algbw_bytes(case.op, count, elem, n) if case.op in (
+            "all_gather", "reduce_scatter", "alltoall") else count * elem
+        in_place = bool(case.param("in_place"))
+        rop = case.param("reduce_op", "sum")
+        stream, native = None, None
+        if case.backend in ("nccl", "torch_nccl"):
+            import torch
+
+            if not ctx.device.startswith("cuda"):
+                raise SkipCase("nccl backend needs a GPU; none is visible to this rank")
+            if torch.cuda.device_count() < world.local_size:
+                raise SkipCase(f"NCCL needs one GPU per rank: {world.local_size} ranks on this node, "
+                               f"{torch.cuda.device_count()} GPU(s)")
+            device = ctx.device
+            # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with
+            # the legacy default stream; torch_nccl: the framework's current stream
+            stream = torch.cuda.Stream() if case.backend == "nccl" else torch.cuda.current_stream()
+        else:
+            device = "cpu"
+        bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place)
+        if stream is not None:
+            import torch
+
+            torch.cuda.synchronize()  # inputs were written on the current stream; ops run on `stream`
+        if case.backend == "nccl":
+            from . import nccl_direct
+
+            comm = nccl_direct.communicator(ctx)
+            runner = nccl_direct.make_runner(case.op, bufs, comm, n, rank, case.dtype, rop)
+            if case.param("timed_loop", "native") == "native":
+                from .nccl_native import native_op
+
+                native = native_op(case.op, bufs, comm, n, rank, case.dtype, rop)
+        elif case.backend == "mpi":
+            from . import mpi_ops
+
+            if in_place and case.op == "reduce_scatter":
+                bufs.result = bufs.send[:count]
+            runner = mpi_ops.make_runner(case.op, bufs, mpi_ops.data_comm(ctx), n, rank, in_place, rop)
+        else:
+            from . import torch_ops
+
+            torch_ops.process_group(ctx)
+            runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
+        extra = {"reduce_op": rop if case.op in REDUCING else ""}
+        if case.backend == "nccl" and case.op == "alltoall":
+            from ... import nccl_lib
+
+            extra["nccl_call"] = "ncclAlltoAll" if nccl_lib.has_alltoall() else "grouped ncclSend/ncclRecv"
+        if case.backend in ("torch_nccl", "gloo") and not in_place and case.op in COPY_ADDED:
+            extra["includes_local_copy"] = True
+        return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
+                               count, size_bytes, stream, extra, native)
+
+    def run(self, state: CollectiveState) -> None:
+        state.runner()
+
+    def check(self, state: CollectiveState) -> int:
+        from . import buffers
+
+        buffers.refill(state.op, state.bufs, state.rank, state.in_place)
+        if state.stream is None:
+            state.runner()
+        else:
+            import torch
+
+            torch.cuda.synchronize()  # the refill ran on the current stream
+            with torch.cuda.stream(state.stream):
+                state.runner()
+            state.stream.synchronize()
+        return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)
+
+    def traffic(self, case: Case, world_size: int) -> Traffic:
+        elem = metrics.DTYPE_BYTES[case.dtype]
+        count = metrics.element_count(case.op, case.size_bytes, elem, world_size)
+        return Traffic(metrics.algbw_bytes(case.op, count, elem, world_size),
+                       metrics.bus_factor(case.op, world_size))
+
+    def teardown(self, state: CollectiveState) -> None:
+        state.bufs = None
+        state.runner = None
+
+
+FAMILY = Collectives()

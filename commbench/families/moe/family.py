@@ -1,0 +1,220 @@
+"""MoE expert-parallel dispatch/combine: our kernels (normal and low-latency
+layouts over CUDA IPC, low-latency over NVSHMEM) against NCCL baselines, torch
+symmetric memory and DeepEP.
+
+``size_bytes`` is the per-rank BF16 input (tokens * hidden * 2), whatever the
+dispatch dtype; routing, shape and SM count are parameters (all columns).
+algbw uses DeepEP's byte accounting; busbw uses the bytes that really cross
+links (see commbench/families/moe/bytes.py and docs/families/moe.md).
+
+The `layer` op is the whole MoE layer (dispatch -> SwiGLU experts -> combine,
+commbench/families/moe/layer.py); model presets and phases set its shape and tokens.
+"""
+from __future__ import annotations
+
+from ...errors import SkipCase
+from ..base import Case, Family, Param, RankContext, Traffic
+from . import layer_plan
+from .layer_plan import GEMMS, OVERLAPS
+from .presets import MODEL_CHOICES, PHASES
+
+IPC_BACKENDS = ("ipc", "ipc_ll")
+OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
+LL_BACKENDS = ("ipc_ll", "nvshmem_ll")
+NCCL_BACKENDS = ("nccl_a2a", "nccl_agrs", "symm_a2av", "deepep")
+LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shared memory
+
+
+class MoeFamily(Family):
+    name = "moe"
+    summary = ("MoE dispatch/combine and the whole MoE layer: DeepEP-style kernels vs NCCL, "
+               "symmetric-memory and DeepEP baselines")
+    # round_trip: dispatch then combine, timed as one; layer: dispatch, experts, combine
+    ops = ("dispatch", "combine", "round_trip", "layer")
+    backends = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",
+                "deepep_ll")
+    dtypes = ("bfloat16", "float8_e4m3")
+    default_dtype = "bfloat16"
+    params = {
+        "hidden": Param(7168, (int,), "channels per token"),
+        "topk": Param(8, (int,), "experts chosen per token"),
+        "experts": Param(256, (int,), "experts in total (a multiple of the ranks)"),
+        "routing": Param("random", (str,), "random (DeepEP), group (DeepSeek-V3 group-limited), "
+                         "zipf (skewed hot experts)", ("random", "group", "zipf")),
+        "seed": Param(0, (int,), "routing seed (the same on every rank)"),
+        "n_group": Param(8, (int,), "group routing: expert groups"),
+        "topk_group": Param(4, (int,), "group routing: groups a token may use"),
+        "zipf_s": Param(1.2, (float, int), "zipf routing: popularity exponent"),
+        "num_sms": Param(24, (int,), "CTAs our kernels launch (one per SM)"),
+        "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)"),
+        "model": Param("custom", (str,), "shape preset (hidden, experts, topk, intermediate, "
+                       "routing); keys the suite writes win", MODEL_CHOICES),
+        "phase": Param("prefill", (str,), "layer: prefill (4096 tokens per rank) or decode (128)",
+                       PHASES),
+        "tokens": Param(0, (int,), "layer: tokens per rank (0 = the phase's)"),
+        "intermediate": Param(2048, (int,), "layer: expert FFN width (moe_intermediate)"),
+        "overlap": Param("none", (str,), "layer: none, or two_batch (two micro-batches, one's "
+                         "dispatch overlaps the other's experts)", OVERLAPS),
+        "gemm": Param("auto", (str,), "layer: grouped_mm (torch._grouped_mm), loop (a GEMM per "
+                      "expert) or auto (grouped_mm where it works)", GEMMS),
+    }
+
+    def _params(self, case: Case) -> dict:
+        return {k: case.param(k, p.default) for k, p in self.params.items()}
+
+    def finalize_case(self, case: Case, explicit: frozenset) -> Case:
+        return layer_plan.finalize(case, explicit)
+
+    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
+        return layer_plan.validate(bench)
+
+    def unsupported(self, case: Case) -> str | None:
+        from .problem import shape_problem, tokens_for
+
+        prm = self._params(case)
+        reason = shape_problem(case.size_bytes, prm["hidden"], case.dtype)
+        if reason:
+            return reason
+        if case.op == "combine" and case.dtype != "bfloat16":
+            return "combine is BF16 only (FP8 applies to dispatch)"
+        if case.backend == "deepep_ll" and case.op != "layer":
+            return ("deepep_ll runs in the layer op (its dispatch and combine alone are the "
+                    "layer row's dispatch_us and combine_us)")
+        if not 1 <= prm["topk"] <= 32:
+            return f"topk must be 1..32 (one lane of a warp per choice), got {prm['topk']}"
+        if prm["topk"] > prm["experts"]:
+            return f"topk ({prm['topk']}) exceeds the experts ({prm['experts']})"
+        if prm["num_sms"] < 1:
+            return f"num_sms must be at least 1, got {prm['num_sms']}"
+        if prm["experts"] % case.ranks:
+            return f"experts ({prm['experts']}) must be a multiple of the ranks ({case.ranks})"
+        if case.backend in LL_BACKENDS:
+            budget = max(prm["max_tokens"], tokens_for(case.size_bytes, prm["hidden"]))
+            if budget > LL_SMEM_TOKENS:
+                return f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank"
+        if case.op == "layer":
+            return layer_plan.unsupported(case, prm)
+        return None
+
+    def setup(self, case: Case, ctx: RankContext):
+        import torch
+
+        from .problem import make_problem
+
+        if not torch.cuda.is_available() or not ctx.device.startswith("cuda"):
+            raise SkipCase("the moe family needs a CUDA GPU")
+        prm = self._params(case)
+        sms = torch.cuda.get_device_properties(ctx.device).multi_processor_count
+        if case.backend in OUR_BACKENDS and prm["num_sms"] > sms:
+            # our kernels wait across ranks inside blocks: every block must be resident
+            raise SkipCase(f"num_sms ({prm['num_sms']}) exceeds this GPU's {sms} SMs")
+        world = ctx.world
+        if case.op == "layer":
+            return _layer_state(case, ctx, prm)
+        problem = make_problem(case.size_bytes, prm, world.rank, world.size, case.dtype)
+        if case.backend in OUR_BACKENDS:
+            state = _our_state(case, ctx, problem, prm)
+        else:
+            group = _nccl_group(ctx)
+            if case.backend == "deepep":
+                from .deepep import DeepEPState
+
+                state = DeepEPState(problem, case.op, group, ctx.device)
+            else:
+                from .baselines import BaselineState
+
+                state = BaselineState(problem, case.op, case.backend, group, ctx.device)
+        state.count = problem.tokens
+        state.extra.update(_columns(case, problem.routing, prm["hidden"]))
+        return state
+
+    def run(self, state) -> None:
+        state.run()
+
+    def check(self, state) -> int:
+        from .peer import PeerState
+
+        if isinstance(state, PeerState):
+            from .peer_check import check
+
+            return check(state)
+        return state.check()
+
+    def traffic(self, case: Case, world_size: int) -> Traffic:
+        from .bytes import moe_bytes
+        from .problem import tokens_for
+        from .routing import generate
+
+        prm = self._params(case)
+        routing = _routing(prm, tokens_for(case.size_bytes, prm["hidden"]), world_size, generate)
+        b = moe_bytes(routing, _bytes_op(case.op), case.backend, case.dtype, prm["hidden"])
+        return Traffic(b.deepep_bytes, b.link_bytes / b.deepep_bytes if b.deepep_bytes else 0.0)
+
+    def teardown(self, state) -> None:
+        state.close()
+
+
+def _routing(prm: dict, tokens: int, ranks: int, generate):
+    return generate(prm["routing"], num_ranks=ranks, num_tokens=tokens,
+                    num_experts=prm["experts"], topk=prm["topk"], seed=prm["seed"],
+                    n_group=prm["n_group"], topk_group=prm["topk_group"], zipf_s=prm["zipf_s"])
+
+
+def _columns(case: Case, routing, hidden: int) -> dict:
+    """Extra result columns: mode, tokens, load imbalance and both byte counts."""
+    from .bytes import LOW_LATENCY_BACKENDS, moe_bytes
+
+    b = moe_bytes(routing, _bytes_op(case.op), case.backend, case.dtype, hidden)
+    return {"mode": "low_latency" if case.backend in LOW_LATENCY_BACKENDS else "normal",
+            "tokens_per_rank": routing.num_tokens, "deepep_bytes": b.deepep_bytes,
+            "link_bytes": b.link_bytes, "rows_per_rank": b.rows, **routing.imbalance()}
+
+
+def _bytes_op(op: str) -> str:
+    """The layer moves what a round trip moves (the experts move nothing)."""
+    return "round_trip" if op == "layer" else op
+
+
+def _layer_state(case: Case, ctx: RankContext, prm: dict):
+    from .layer import LayerState
+
+    group = _nccl_group(ctx) if case.backend in ("nccl_a2a", "nccl_agrs", "symm_a2av") else None
+    state = LayerState(case, ctx, prm, group)
+    state.extra.update(_columns(case, state.problem.routing, prm["hidden"]))
+    return state
+
+
+def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
+    """PeerState for ipc / ipc_ll (CUDA IPC) or nvshmem_ll (NVSHMEM, which the launch brings up)."""
+    from .peer import PeerState
+
+    mode = "normal" if case.backend == "ipc" else "ll"
+    if case.backend != "nvshmem_ll":
+        return PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"])
+    import os
+
+    from ..nvshmem import boot
+    from ..nvshmem.family import transport_label
+
+    handle = boot.ensure(ctx)   # SkipCase with NVSHMEM's reason when it cannot come up
+    state = PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"],
+                      transport="nvshmem", handle=handle)
+    all_p2p = all(ctx.world.allgather(state.ws.all_p2p))
+    state.extra.update(transport=transport_label(dict(os.environ), all_p2p),
+                       nvshmem_version=boot.metadata()["nvshmem"], nvshmem_mode=handle.status_name)
+    return state
+
+
+def _nccl_group(ctx: RankContext):
+    """The launch's torch process group; NCCL cannot put two ranks on one GPU."""
+    world = ctx.world
+    places = world.allgather((world.hostname, ctx.device))
+    if len(set(places)) != len(places):
+        raise SkipCase("NCCL refuses several ranks on one GPU (Duplicate GPU detected): "
+                       "this backend needs one GPU per rank")
+    from ..collectives.torch_ops import process_group
+
+    return process_group(ctx)
+
+
+FAMILY = MoeFamily()

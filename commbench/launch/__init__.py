@@ -1,0 +1,4 @@
+"""Running a suite: ``orchestrate`` (plan, start each launch group, supervise, resume) when
+commbench starts the ranks itself, ``inprocess`` when it already runs as the ranks of an MPI
+job, ``prepare`` and ``finish`` (what both share), ``supervise`` (one launch and its watchdog),
+``mpiexec`` (the launcher argv) and ``safety`` (kill switches, the ranks' environment)."""

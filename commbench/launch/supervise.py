@@ -1,0 +1,156 @@
+"""Start the ranks of one launch group (argv from ``mpiexec``) and watch them.
+
+Argv lists only, never a shell. A launch whose current Case runs past its
+timeout, or whose ranks die, is killed; the parent records the row and
+relaunches the Cases that remain.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .mpiexec import launcher_argv
+from .safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
+
+STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
+
+
+@dataclass
+class LaunchOutcome:
+    returncode: int | None
+    timed_out_case: str | None  # case_id killed for running past its timeout
+    crashed_case: str | None  # case_id in progress when the ranks died
+    started: list[str]
+    finished: list[str]
+    wall_s: float
+
+
+def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
+    if not path.exists():
+        return [], offset
+    with open(path) as fh:
+        fh.seek(offset)
+        chunk = fh.read()
+    complete = chunk[: chunk.rfind("\n") + 1]
+    events = [json.loads(line) for line in complete.splitlines() if line.strip()]
+    return events, offset + len(complete)
+
+
+def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts: dict[str, float],
+               on_event=None, allow_multicast: bool = False) -> LaunchOutcome:
+    """Start one launch for ``task['case_ids']`` and supervise it until it ends or is killed."""
+    task_path = run_dir / "logs" / f"launch-{task['launch_id']}-try{task['attempt']}.json"
+    task_path.write_text(json.dumps(task))
+    progress = Path(task["progress"])
+    env = launch_env(run_dir, variant_env, allow_multicast)
+    forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR",
+                                                                         EXPECTED_VAR})
+    argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded, tuple(task.get("hosts", ()))) + [
+        sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
+    log_path = run_dir / task["log"]
+    t0 = time.time()
+    started, finished = [], []
+    offset = progress.stat().st_size if progress.exists() else 0
+    for stale in _pid_files(run_dir, task["launch_id"]):
+        stale.unlink(missing_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        timed_out = None
+        try:
+            timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
+                                            log, started, finished)
+        except BaseException:
+            # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
+            _kill(proc)
+            log.write("\n=== commbench: interrupted; launch killed\n")
+            raise
+    rc = proc.poll()
+    crashed = current if (timed_out is None and rc not in (0, None)) else None
+    return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0)
+
+
+def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
+               log, started: list, finished: list) -> tuple[str | None, str | None]:
+    """Follow progress events until the ranks exit or the current Case overruns its timeout.
+
+    Returns (timed-out case id or None, case in progress when it ended or None)."""
+    current, current_t = None, time.time()
+    started_at = current_t - 1.0  # file mtimes may be coarser than time.time()
+    while True:
+        rc = proc.poll()
+        events, offset = _read_events(progress, offset)
+        for ev in events:
+            if ev["event"] == "start":
+                current, current_t = ev["case_id"], ev["t"]
+                started.append(current)
+            elif ev["event"] == "done":
+                finished.append(ev["case_id"])
+                current, current_t = None, ev["t"]
+            if on_event:
+                on_event(ev)
+        if rc is not None:
+            return None, current
+        limit = timeouts.get(current, 0) if current else (
+            STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
+        if time.time() - current_t > limit:
+            timed_out = current or _next_case(task, finished)
+            _dump_stacks(run_dir, task["launch_id"], since=started_at)
+            _kill(proc)
+            log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
+                      f"(case {timed_out})\n")
+            return timed_out, current
+        time.sleep(0.1)
+
+
+def _next_case(task: dict, finished: list[str]) -> str | None:
+    for cid in task["case_ids"]:
+        if cid not in finished:
+            return cid
+    return None
+
+
+def _pid_files(run_dir: Path, launch_id: int) -> list[Path]:
+    return list((run_dir / "logs").glob(f"launch-{launch_id}.rank*.pid"))
+
+
+def _dump_stacks(run_dir: Path, launch_id: int, since: float) -> None:
+    """Ask every local rank of a hung launch to write its Python stacks (see commbench.rank).
+
+    Only pid files written by this launch (newer than its start) on this host are used,
+    so a stale file can never make us signal an unrelated process."""
+    host, sent = socket.gethostname(), False
+    for pid_file in _pid_files(run_dir, launch_id):
+        try:
+            fresh = pid_file.stat().st_mtime >= since
+            file_host, pid = pid_file.read_text().split()
+            if fresh and file_host == host:
+                os.kill(int(pid), signal.SIGUSR1)
+                sent = True
+        except (ValueError, OSError):
+            continue
+    if sent:
+        time.sleep(1.0)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Terminate the whole process group (mpiexec and every rank), then kill if needed."""
+    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

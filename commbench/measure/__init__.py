@@ -1,0 +1,1 @@
+"""The measurement protocol: timing modes and the native timed loops (DESIGN section 5)."""

@@ -1,1 +1,0 @@
-"""MoE expert-parallel dispatch/combine: routing, references, byte accounting, backends."""

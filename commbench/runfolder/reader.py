@@ -1,0 +1,94 @@
+"""The one reader of stored run folders (results.csv, samples.csv, run.json), used by `run`'s
+summary and plots, report, compare and accept alike, so every reader sees the same values:
+numeric columns are numbers (an empty cell is NaN), text columns are strings ("" when empty),
+an empty ``wrong`` is 0, and samples carry SAMPLE_COLUMNS."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .schema import NUMERIC, SAMPLE_COLUMNS
+from .writer import RunFolderError, read_meta
+
+__all__ = ["Run", "RunFolderError", "is_run_folder", "iteration_times", "load", "load_run",
+           "load_samples", "read_meta"]
+
+TEXT = ("status", "reason", "op", "backend", "variant", "dtype", "family")
+
+
+@dataclass
+class Run:
+    """One stored run: its rows, per-rank samples (may be empty) and metadata."""
+
+    path: Path
+    results: pd.DataFrame
+    samples: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.path.name
+
+
+def is_run_folder(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / "results.csv").is_file()
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        # keep_default_na=False so an empty reason stays "", not NaN; numbers are coerced below
+        return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise RunFolderError(f"cannot read {path}: {exc}") from exc
+
+
+def load(path) -> pd.DataFrame:
+    """The rows of a run folder (results.csv; columns: docs/results.md)."""
+    path = Path(path)
+    if not is_run_folder(path):
+        raise RunFolderError(
+            f"{path} is not a run folder: expected a directory holding results.csv "
+            "(as written by `commbench run`, see docs/results.md).")
+    results = _read_csv(path / "results.csv")
+    for col in NUMERIC:
+        if col in results.columns:
+            results[col] = pd.to_numeric(results[col], errors="coerce")
+    for col in TEXT:
+        if col in results.columns:
+            results[col] = results[col].astype(object).where(results[col].notna(), "").astype(str)
+    if "wrong" in results.columns:
+        results["wrong"] = results["wrong"].fillna(0)
+    if "case_id" in results.columns:
+        results["case_id"] = results["case_id"].astype(str)
+    return results
+
+
+def load_samples(path) -> pd.DataFrame:
+    """Per-rank, per-iteration times (samples.csv); an empty frame when the run has none."""
+    samples_path = Path(path) / "samples.csv"
+    if not samples_path.is_file():
+        return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
+    samples = _read_csv(samples_path)
+    missing = [c for c in SAMPLE_COLUMNS if c not in samples.columns]
+    if missing:
+        raise RunFolderError(f"{samples_path} lacks columns {missing} (docs/results.md)")
+    samples["time_us"] = pd.to_numeric(samples["time_us"], errors="coerce")
+    samples["case_id"] = samples["case_id"].astype(str)
+    samples["host"] = samples["host"].astype(str)
+    return samples
+
+
+def load_run(path) -> Run:
+    """Load a run folder; raise RunFolderError with a readable message if it is not one."""
+    path = Path(path)
+    results = load(path)
+    return Run(path=path, results=results, samples=load_samples(path), meta=read_meta(path))
+
+
+def iteration_times(samples: pd.DataFrame) -> pd.DataFrame:
+    """Per (case_id, iteration): the slowest rank's time, as the runner reduces it (DESIGN 5)."""
+    if samples.empty:
+        return pd.DataFrame(columns=["case_id", "iteration", "time_us"])
+    return samples.groupby(["case_id", "iteration"], as_index=False)["time_us"].max()

@@ -1,0 +1,39 @@
+"""The run folder's schema (docs/results.md): the result columns every row has, the sample
+columns, the statuses, which columns are numbers, and the row of a Case before it is measured."""
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "dtype",
+           "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "in_place",
+           "warmup", "iters", "timing", "time_us", "time_us_min", "time_us_p90", "time_us_max",
+           "algbw_gbps", "busbw_gbps", "wrong", "status", "reason", "log"]
+SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
+STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")
+# Columns a reader turns into numbers (an empty cell becomes NaN).
+NUMERIC = ("size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "warmup", "iters",
+           "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps", "busbw_gbps",
+           "wrong")
+
+
+def placement_columns(case) -> dict:
+    """Row columns of a placed Case: `hosts` (comma-joined), and `host` when it ran on one host."""
+    if not case.hosts:
+        return {}
+    return {"hosts": ",".join(case.hosts), **({"host": case.hosts[0]} if len(case.hosts) == 1 else {})}
+
+
+def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: int, log: str,
+             status: str = "ok", reason: str = "") -> dict:
+    """A result row for ``case`` with every column of docs/results.md (measurements still empty)."""
+    return {
+        "suite": case.suite, "bench": case.bench, "case_id": case.case_id, "family": case.family,
+        "op": case.op, "backend": case.backend, "variant": case.variant, "dtype": case.dtype,
+        "size_bytes": case.size_bytes, "count": None, "world_size": world_size,
+        "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
+        "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
+        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
+        "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
+        "status": status, "reason": reason, "log": log,
+        **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
+    }

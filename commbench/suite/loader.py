@@ -1,0 +1,78 @@
+"""Load a suite: YAML (line-aware) -> validated benchmarks -> Cases -> launch groups."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..families.base import Case
+from .expand import expand_bench
+from .launches import Launch, group_launches, keep_only
+from .overrides import ONLY_KEY, apply_overrides
+from .schema import ALIASES, COMMON_KEYS, TOP_KEYS, SuiteErrors
+from .yaml_lines import LineDict, LineList, load_yaml
+
+
+@dataclass
+class Suite:
+    name: str
+    path: Path
+    cases: list[Case] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
+
+
+def load_suite(path: Path | str, *, gpu_count: int | None = None,
+               overrides: dict[str, object] | None = None) -> Suite:
+    """Load, validate and expand a suite. Raises SuiteError listing every problem found.
+
+    ``overrides`` (from `--set`) replace a key in every benchmark before validation;
+    ``overrides["only"]`` (from `--only`) keeps just the benchmarks it names."""
+    path = Path(path)
+    raw = load_yaml(path)
+    err = SuiteErrors(path)
+    if not isinstance(raw, LineDict):
+        err.add(getattr(raw, "line", 1), "suite", "a suite is a mapping with 'name' and 'benchmarks'")
+        err.raise_if_any()
+    overrides = dict(overrides or {})
+    only = overrides.pop(ONLY_KEY, None)
+    if overrides and isinstance(raw.get("benchmarks"), list):
+        apply_overrides(raw["benchmarks"], overrides)
+    for key in raw:
+        if key not in TOP_KEYS:
+            err.add(raw.line_of(key), str(key), f"unknown key (expected one of: {', '.join(TOP_KEYS)})")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        err.add(raw.line_of("name"), "name", "required: a non-empty string")
+        name = path.stem
+    defaults = raw.get("defaults", LineDict())
+    if not isinstance(defaults, LineDict):
+        err.add(raw.line_of("defaults"), "defaults", "must be a mapping")
+        defaults = LineDict()
+    else:
+        for key in defaults:
+            if ALIASES.get(key, key) not in COMMON_KEYS:
+                err.add(defaults.line_of(key), f"defaults.{key}", "unknown key")
+    benches = raw.get("benchmarks")
+    if not isinstance(benches, LineList) or not benches:
+        err.add(raw.line_of("benchmarks"), "benchmarks", "required: a non-empty list of benchmarks")
+        benches = LineList()
+    if gpu_count is None:
+        gpu_count = _gpu_count_hint()
+    suite = Suite(name=name, path=path)
+    seen_names: set[str] = set()
+    for i, bench in enumerate(benches):
+        where = f"benchmarks[{i}]"
+        if not isinstance(bench, LineDict):
+            err.add(benches.line_of(i), where, "each benchmark is a mapping")
+            continue
+        suite.cases.extend(expand_bench(bench, defaults, name, where, err, gpu_count, seen_names))
+    err.raise_if_any()
+    suite.launches = group_launches(suite.cases)
+    if only:
+        keep_only(suite, list(only))
+    return suite
+
+
+def _gpu_count_hint() -> int:
+    from ..sysinfo.gpus import gpu_count
+
+    return gpu_count()

@@ -1,0 +1,60 @@
+"""The suite schema: every key a suite may hold, with its help text, and the error collector
+that names file, line and field (docs/suites.md)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import SuiteError
+
+TIMINGS = ("auto", "events", "pipelined", "graph", "host")
+
+# Keys valid both under `defaults:` and in a benchmark, with their help text.
+COMMON_KEYS: dict[str, str] = {
+    "ops": "operation or list of operations of the family (alias: op)",
+    "backends": "backend or list of backends (alias: backend)",
+    "dtypes": "element type or list (alias: dtype)",
+    "sizes": "message sizes: a size ('64KiB'), a list, or {min, max, factor} / {min, max, step}",
+    "ranks": "ranks per launch: an integer, 'all' (every GPU of the node), or a list",
+    "ranks_per_node": "ranks on each node (default: all ranks on one node)",
+    "timeout_s": "seconds a Case may run without finishing before its launch is killed (default 300)",
+    "warmup": "untimed iterations before timing (default 5, fewer for messages over 64 MiB)",
+    "iters": "timed iterations (default 20, fewer for messages over 64 MiB, never under 5)",
+    "timing": "auto | events | pipelined | graph | host, or a list of them (auto: CUDA events on GPU, host clock on CPU)",
+    "env": "environment variables for the launch; a list of values makes one variant (fresh launch) each",
+    "params": "family parameters (see `commbench list`); lists expand to cross products",
+    "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
+                 "in rounds of disjoint pairs); hosts from COMMBENCH_HOSTS or the Slurm allocation",
+}
+PLACEMENTS = ("together", "per_node", "pairs")
+BENCH_KEYS: dict[str, str] = {"name": "benchmark name (unique in the suite)",
+                              "family": "benchmark family (see `commbench list`)", **COMMON_KEYS}
+TOP_KEYS: dict[str, str] = {
+    "name": "suite name (used in the run folder name)",
+    "description": "free text",
+    "defaults": "keys applied to every benchmark unless it sets them",
+    "benchmarks": "list of benchmarks",
+    "rules": "acceptance rules (read by `commbench accept`, ignored by `run`)",
+}
+ALIASES = {"op": "ops", "backend": "backends", "dtype": "dtypes"}
+LARGE_BYTES = 64 * 1024**2
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SuiteErrors:
+    """Collects every problem of a suite (file:line: field: message), raised together."""
+
+    def __init__(self, path: Path):
+        self.path, self.items = path, []
+
+    def add(self, line: int, where: str, msg: str) -> None:
+        self.items.append(f"{self.path}:{line}: {where}: {msg}")
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            head = f"{self.path}: invalid suite ({len(self.items)} problem(s))"
+            raise SuiteError(head + "\n  " + "\n  ".join(self.items))
+
+
+def as_list(value) -> list:
+    return list(value) if isinstance(value, list) else [value]

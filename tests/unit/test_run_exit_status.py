@@ -1,0 +1,41 @@
+"""`commbench run` exits 0 only when every Case is ok or skipped and something was measured."""
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from commbench.cli import cli
+from tests.conftest import needs_mpi
+
+pytestmark = needs_mpi
+
+
+def _run(tmp_path, benches: str):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\ndefaults: {ranks: 2, warmup: 1, iters: 2, sizes: [8B], timeout_s: 60}\n"
+                     "benchmarks:\n" + textwrap.indent(textwrap.dedent(benches), "  "))
+    return CliRunner().invoke(cli, ["run", str(suite), "--out", str(tmp_path / "run"), "--quiet"])
+
+
+def test_all_ok_exits_0(tmp_path):
+    result = _run(tmp_path, "- {name: a, family: harness, ops: [barrier]}\n")
+    assert result.exit_code == 0, result.output
+    assert "1 ok, 0 skipped, 0 wrong, 0 failed, 0 timeout -> exit 0" in result.output
+
+
+def test_a_crashed_case_exits_1_and_says_the_counts(tmp_path):
+    result = _run(tmp_path, """\
+        - {name: a, family: harness, ops: [barrier]}
+        - {name: b, family: harness, ops: [crash]}
+        """)
+    assert result.exit_code == 1, result.output
+    assert "1 ok, 0 skipped, 0 wrong, 1 failed, 0 timeout" in result.output
+
+
+def test_nothing_measured_exits_1(tmp_path):
+    # nccl needs a GPU: on this machine every Case is skipped
+    result = _run(tmp_path, "- {name: a, family: collectives, backends: [nccl], ops: [all_reduce]}\n")
+    if "0 ok" not in result.output:
+        pytest.skip("a GPU is present: the nccl Case ran")
+    assert result.exit_code == 1, result.output
+    assert "nothing was measured" in result.output
