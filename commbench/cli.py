@@ -149,6 +149,29 @@ def info(as_json: bool):
         Console().print(format_info(data))
 
 
+@cli.group(name="import")
+def import_group():
+    """Turn other tools' outputs into run folders (then report, compare and accept work on them)."""
+
+
+@import_group.command("nccl-tests")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="run folder to create; must not exist or be empty (default results/<UTC time>-nccl-tests)")
+@click.option("--bench", default="nccl-tests", show_default=True,
+              help="benchmark name the rows (and their case ids) carry, as a suite's `name:` would")
+def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str):
+    """nccl-tests outputs (printed tables or -J JSON, several files) -> one run folder (docs/import.md)."""
+    from collections import Counter
+
+    from .analysis.import_nccl_tests import import_files
+
+    folder, rows = import_files(files, out, bench=bench)
+    counts = ", ".join(f"{n} {s}" for s, n in Counter(r["status"] for r in rows).items())
+    click.echo(f"imported {len(rows)} rows ({counts}) from {len(files)} file(s)")
+    click.echo(f"run folder: {folder}")
+
+
 def _add_report_commands() -> None:
     from .analysis.commands import accept_cmd, compare_cmd, report_cmd
 

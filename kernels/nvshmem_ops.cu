@@ -218,6 +218,47 @@ int cb_host_p(void *dst, const uint32_t *values_host, size_t words, int pe, void
     return CB_LAUNCH_ERR();
 }
 
+// One enqueued op as the native timed loop (timed_loop.cu) calls it; mirrored by
+// families/nvshmem/native.py. put_signal is not here: its expected signal value grows per launch.
+enum cb_shmem_kind { CB_SHMEM_NONE = 0, CB_SHMEM_HOST_RMA, CB_SHMEM_HOST_P, CB_SHMEM_RMA_BW, CB_SHMEM_P,
+                     CB_SHMEM_FETCH_ADD };
+
+struct cb_shmem_op {
+  int kind;
+  int pe;
+  void *dst;
+  const void *src;
+  size_t bytes;     // RMA bytes, or words for p / fetch_add
+  int nbi;
+  int is_get;
+  int scope;
+  int reps;
+  int num_ctas;
+  int threads;
+  uint64_t inc;
+  const uint32_t *values_host;
+};
+
+int cb_host_rma(void *dst, const void *src, size_t bytes, int pe, int nbi, int is_get, void *stream);
+int cb_host_p(void *dst, const uint32_t *values_host, size_t words, int pe, void *stream);
+
+int cb_shmem_enqueue(void *arg, cudaStream_t s) {
+    const cb_shmem_op *o = static_cast<const cb_shmem_op *>(arg);
+    switch (o->kind) {
+        case CB_SHMEM_NONE: return 0;  // the passive PE of a one-sided test issues nothing
+        case CB_SHMEM_HOST_RMA: return cb_host_rma(o->dst, o->src, o->bytes, o->pe, o->nbi, o->is_get, s);
+        case CB_SHMEM_HOST_P: return cb_host_p(o->dst, o->values_host, o->bytes, o->pe, s);
+        case CB_SHMEM_RMA_BW:
+            return cb_rma_bw(o->dst, o->src, o->bytes, o->pe, o->scope, o->nbi, o->is_get, o->reps, o->num_ctas,
+                             o->threads, s);
+        case CB_SHMEM_P: return cb_p(o->dst, o->src, o->bytes, o->pe, o->reps, o->num_ctas, o->threads, s);
+        case CB_SHMEM_FETCH_ADD:
+            return cb_fetch_add(o->dst, const_cast<void *>(o->src), o->bytes, o->inc, o->pe, o->num_ctas,
+                                o->threads, s);
+        default: return (int)cudaErrorInvalidValue;
+    }
+}
+
 int cb_host_put_signal(void *dst, const void *src, size_t bytes, void *sig, int pe, int send,
                        uint64_t expect, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;

@@ -13,6 +13,9 @@ from commbench.units import format_size
 KEY = ["family", "op", "backend", "variant", "dtype", "size_bytes", "world_size"]
 # Optional columns that also tell points apart when both runs have them.
 KEY_OPTIONAL = ["in_place"]
+# Tell apart points that share the key within a run (a suite timing one op two ways, an
+# imported nccl-tests run with and without -G); case_id only when these are not enough.
+DISAMBIGUATE = ["timing"]
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_ALPHA = 0.05
 MIN_SAMPLES = 5  # fewer per side: the U test cannot reach p < 0.05, so do not claim significance
@@ -29,10 +32,15 @@ class CompareSettings:
 def _keys(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
     keys = [k for k in KEY if k in base.columns and k in new.columns]
     keys += [k for k in KEY_OPTIONAL if k in base.columns and k in new.columns]
+    def ambiguous() -> bool:
+        return base.duplicated(keys).any() or new.duplicated(keys).any()
+
+    for col in DISAMBIGUATE:
+        if ambiguous() and col in base.columns and col in new.columns:
+            keys.append(col)
     # A parameter sweep can give several rows per key: the stable case_id then separates them.
-    if "case_id" in base.columns and "case_id" in new.columns:
-        if base.duplicated(keys).any() or new.duplicated(keys).any():
-            keys.append("case_id")
+    if "case_id" in base.columns and "case_id" in new.columns and ambiguous():
+        keys.append("case_id")
     return keys
 
 

@@ -111,10 +111,9 @@ class RankContext:
 class Family:
     """Base class. Subclasses set the class attributes and implement the methods.
 
-    State returned by ``setup`` is any object; the runner reads two optional
-    attributes from it: ``stream`` (a torch.cuda.Stream to time with CUDA
-    events; None or absent means host timing) and ``extra`` (a dict of extra
-    result columns for this Case, e.g. the NCCL algorithm used).
+    ``setup`` returns a :class:`commbench.measure.state.CaseState` (a family subclasses it with
+    its own fields): the runner reads only the fields CaseState declares (stream, native, measure,
+    extra, size_bytes, count, ...), so what a family promises the runner is written in one place.
     """
 
     name: str = ""
@@ -158,9 +157,3 @@ class Family:
 
     def teardown(self, state: Any) -> None:
         pass
-
-    # Optional: a family whose quantity cannot be timed per enqueued op
-    # (in-kernel latency loops, proxy round trips) overrides this and returns
-    # per-iteration times in microseconds measured on this rank. The runner
-    # then uses these samples (timing column = the family's own label).
-    measure: Callable[..., list[float]] | None = None

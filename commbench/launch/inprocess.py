@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import CommbenchError
 from ..runfolder import RunFolder
-from ..runner import Progress, run_cases
+from ..measure.runner import Progress, run_cases
 from ..suite import load_suite
 from ..world import build_world
 from .finish import finish

@@ -31,13 +31,15 @@ OPS = [  # (op, backend, dtype, size_bytes, params)
     ("get", "nvshmem_host", "float16", 4096, {"nbi": False}),
     ("p", "nvshmem_host", "float32", 64, {}),
     ("put_signal", "nvshmem_host", "float32", 4096, {}),
+    ("put", "nvshmem_host", "float32", 4096, {"timed_loop": "python"}),
+    ("p", "nvshmem", "int32", 4096, {"timed_loop": "python"}),
 ] + [(op, be, "float32", 1 << 16, {}) for op in ("all_reduce", "all_gather", "alltoall", "broadcast",
                                                  "reduce_scatter") for be in ("nvshmem_host", "nvshmem")]
 
 
 @pytest.fixture(scope="module")
 def ctx():
-    from commbench.runner import select_device
+    from commbench.measure.runner import select_device
     from commbench.world import build_world
 
     world = build_world()
@@ -56,7 +58,7 @@ def make_case(op, backend, dtype, size, params, timing="auto"):
 
 @pytest.mark.parametrize("op,backend,dtype,size,params", OPS, ids=lambda v: str(v))
 def test_op_runs_and_checks(ctx, op, backend, dtype, size, params):
-    from commbench.runner import measure_case
+    from commbench.measure.runner import measure_case
 
     row, samples = measure_case(make_case(op, backend, dtype, size, params), ctx, "log")
     assert row["status"] == "ok", row["reason"]
@@ -82,7 +84,7 @@ def test_check_detects_corruption(ctx):
 
 
 def test_graph_timing_for_put(ctx):
-    from commbench.runner import measure_case
+    from commbench.measure.runner import measure_case
 
     row, _ = measure_case(make_case("put", "nvshmem", "float32", 1 << 16, {}, timing="graph"), ctx, "log")
     assert row["status"] == "ok", row["reason"]

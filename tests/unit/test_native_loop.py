@@ -40,3 +40,15 @@ def test_allreduce_op_struct_layout_matches_the_c_struct():
     # struct cb_allreduce_op: 2 ints, 4 pointers, 2 ints, size_t, 2 ints (x86-64: 64 bytes)
     assert ctypes.sizeof(cb_backend._Op) == 64
     assert cb_backend._Op.num_vecs.offset == 48
+
+
+def test_nvshmem_op_struct_layout_and_kinds():
+    from commbench.families.nvshmem import native
+
+    # struct cb_shmem_op: 2 ints, 2 pointers, size_t, 6 ints, uint64, pointer (x86-64: 72 bytes)
+    assert ctypes.sizeof(native._Op) == 72
+    assert native._Op.values_host.offset == 64
+    assert native._kind("put", "nvshmem_host", True) == "host_rma"
+    assert native._kind("put", "nvshmem_device", False) == "none"
+    assert native._kind("put_signal", "nvshmem_host", True) is None  # its expected value grows per launch
+    assert native._kind("pingpong", "nvshmem_device", True) is None  # timed in the kernel

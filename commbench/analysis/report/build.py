@@ -37,7 +37,7 @@ def build_report(runs: list[Run]) -> Document:
 
     sec = doc.section("Curves")
     sec.text("One panel per op; one line per run/backend/variant (and dtype, in_place, world "
-             "size where they vary). Only ok rows. Log axes; busbw 0 (one rank) is not drawn.")
+             "size, timing where they vary). Only ok rows. Log axes; busbw 0 (one rank) is not drawn.")
     for metric, name in (("busbw_gbps", "busbw.png"), ("time_us", "time.png")):
         fig = metric_figure(df, metric)
         sec.image(figure_png(fig) if fig is not None else None, f"{metric} vs size", name)

@@ -22,7 +22,7 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 
 def _group_cols(df: pd.DataFrame, with_run: bool) -> list[str]:
     cols = (["run"] if with_run and "run" in df.columns else []) + [c for c in GROUP if c in df.columns]
-    for extra in ("dtype", "world_size"):
+    for extra in ("dtype", "world_size", "in_place", "timing"):
         if extra in df.columns and df[extra].astype(str).nunique() > 1:
             cols.append(extra)
     return cols
@@ -52,7 +52,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def points(df: pd.DataFrame) -> pd.DataFrame:
     """All rows in reading order with sizes as labels (the 'tables' section)."""
-    cols = [c for c in ("run", "op", "backend", "variant", "dtype", "in_place", "world_size")
+    cols = [c for c in ("run", "op", "backend", "variant", "dtype", "in_place", "world_size", "timing")
             if c in df.columns]
     shown = cols + ["size", "time_us", "time_us_p90", "algbw_gbps", "busbw_gbps", "wrong", "status"]
     out = df.sort_values(cols + ["size_bytes"]).copy()

@@ -4,25 +4,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ...measure.state import CaseState
 from . import data
 
 
 @dataclass
-class ArState:
-    """Runner-visible ``stream`` and ``extra``; the rest drives run/check/teardown."""
+class ArState(CaseState):
+    """The runner reads the CaseState fields (stream, extra, count, native); the rest drives
+    run/check/teardown."""
 
-    stream: Any
-    extra: dict
     world: Any
     dtype: str
-    count: int
     enqueue: Callable[[], None]
     refill: Callable[[], None]            # rewrite this rank's input pattern
     output: Callable[[], Any]             # 1-D tensor, ``count`` elements, result of the last op
     clear: Callable[[], None] = lambda: None  # poison the output before the check
     after_check: Callable[[], None] = lambda: None
     closers: list[Callable[[], None]] = field(default_factory=list)
-    native: Any = None  # measure.native_loop.NativeOp when the launcher can run in the native loop
 
     def close(self) -> None:
         while self.closers:

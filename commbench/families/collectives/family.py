@@ -1,10 +1,11 @@
 """Collectives family: the seven nccl-tests ops over nccl, gloo and mpi (docs/families/collectives.md)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ... import metrics
 from ...errors import SkipCase
+from ...measure.state import CaseState
 from ..base import Case, Family, Param, RankContext, Traffic
 
 GLOO_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv")
@@ -15,7 +16,7 @@ COPY_ADDED = {"all_reduce", "broadcast", "reduce"}  # out-of-place on torch: loc
 
 
 @dataclass
-class CollectiveState:
+class CollectiveState(CaseState):
     op: str
     backend: str
     dtype: str
@@ -25,11 +26,6 @@ class CollectiveState:
     runner: object
     rank: int
     n: int
-    count: int
-    size_bytes: int
-    stream: object = None
-    extra: dict = field(default_factory=dict)
-    native: object = None  # measure.native_loop.NativeOp: the timed batch runs in native code
 
 
 class Collectives(Family):
@@ -117,7 +113,7 @@ class Collectives(Family):
         if case.backend in ("torch_nccl", "gloo") and not in_place and case.op in COPY_ADDED:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
-                               count, size_bytes, stream, extra, native)
+                               count=count, size_bytes=size_bytes, stream=stream, extra=extra, native=native)
 
     def run(self, state: CollectiveState) -> None:
         state.runner()

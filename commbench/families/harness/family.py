@@ -12,14 +12,14 @@ import time
 from dataclasses import dataclass
 
 from ..base import Case, Family, Param, RankContext, Traffic
+from ...measure.state import CaseState
 
 
 @dataclass
-class HarnessState:
+class HarnessState(CaseState):
     op: str
     world: object
     victim: int
-    count: int = 1
 
 
 class Harness(Family):
@@ -34,7 +34,7 @@ class Harness(Family):
 
     def setup(self, case: Case, ctx: RankContext) -> HarnessState:
         victim = case.param("victim_rank", -1) % ctx.world.size
-        return HarnessState(case.op, ctx.world, victim)
+        return HarnessState(case.op, ctx.world, victim, count=1)
 
     def run(self, state: HarnessState) -> None:
         if state.op == "hang" and state.world.rank == state.victim:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ...measure.state import CaseState
 from . import reference as ref
 from .problem import Problem
 
@@ -46,10 +47,11 @@ def expected_recv_rows(p: Problem, device) -> torch.Tensor:
     return torch.cat(out)
 
 
-class BaselineState:
+class BaselineState(CaseState):
     """One baseline Case on this rank. ``kind``: nccl_a2a, nccl_agrs or symm_a2av."""
 
     def __init__(self, p: Problem, op: str, kind: str, group, device: str):
+        super().__init__()  # CaseState defaults; fields set below
         import torch.distributed as dist
 
         self.dist, self.group = dist, group

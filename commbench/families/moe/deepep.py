@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ...measure.state import CaseState
 from ...errors import SkipCase
 from . import reference as ref
 from .problem import Problem
@@ -14,8 +15,9 @@ from .problem import Problem
 NVL_BUFFER_BYTES = 1 << 30
 
 
-class DeepEPState:
+class DeepEPState(CaseState):
     def __init__(self, p: Problem, op: str, group, device: str):
+        super().__init__()  # CaseState defaults; fields set below
         try:
             import deep_ep
         except ImportError as exc:

@@ -126,6 +126,9 @@ class MoeFamily(Family):
                 state = BaselineState(problem, case.op, case.backend, group, ctx.device)
         state.count = problem.tokens
         state.extra.update(_columns(case, problem.routing, prm["hidden"]))
+        tokens = state.extra.get("tokens_per_rank")
+        if tokens:
+            state.columns_from_time = lambda time_us: {"tokens_per_s": float(tokens) / (time_us * 1e-6)}
         return state
 
     def run(self, state) -> None:

@@ -21,8 +21,9 @@ import statistics
 
 import torch
 
-from ... import timing
 from ...errors import SkipCase
+from ...measure import timing
+from ...measure.state import CaseState
 from . import layer_ref
 from . import reference as ref
 from .experts import LocalExperts
@@ -66,10 +67,12 @@ class MicroBatch:
         self.step.run(self.comm.source, self.comm.sink)
 
 
-class LayerState:
-    """One layer Case on this rank (the runner calls measure, check and close)."""
+class LayerState(CaseState):
+    """One layer Case on this rank. The layer times itself (``measure``: the layer, then each
+    part alone), so the runner calls measure, then the family's check and teardown."""
 
     def __init__(self, case, ctx, prm: dict, group=None):
+        super().__init__()  # CaseState defaults; fields set below
         self.world, self.device = ctx.world, torch.device(ctx.device)
         world = self.world
         self.problem: Problem = make_problem(case.size_bytes, prm, world.rank, world.size,
@@ -78,11 +81,11 @@ class LayerState:
         self.inter, self.overlap = prm["intermediate"], prm["overlap"]
         self.mode = "events" if case.timing in ("auto", "host") else case.timing
         self.timing_label = self.mode
+        self.measure = self._measure_layer
         self.stream = torch.cuda.Stream(self.device)
         self.side = torch.cuda.Stream(self.device) if self.overlap == "two_batch" else None
         self.events = [torch.cuda.Event() for _ in range(4)]
         self.count = p.tokens
-        self.extra: dict = {}
         self.mbs: list[MicroBatch] = []
         self._deepep_normal = None
         spans = micro_batches(p.tokens, self.overlap)
@@ -230,7 +233,7 @@ class LayerState:
     def _slowest_median(self, samples: list[float]) -> float:
         return statistics.median(max(v) for v in zip(*self.world.allgather(samples)))
 
-    def measure(self, warmup: int, iters: int) -> list[float]:
+    def _measure_layer(self, warmup: int, iters: int) -> list[float]:
         """The layer's per-iteration times (the row's time_us), then each part alone."""
         samples = self._timed(self.run, warmup, iters)
         parts = {"dispatch_us": self.dispatch_all, "expert_us": self.experts_all,

@@ -13,6 +13,7 @@ import ctypes
 
 import torch
 
+from ...measure.state import CaseState
 from ... import jit
 from . import reference as ref
 from .ipc import PeerWorkspace, agree, check_cuda, offsets_array, workspace_layout
@@ -46,7 +47,7 @@ def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False
     return sizes
 
 
-class PeerState:
+class PeerState(CaseState):
     """State of one ipc / ipc_ll / nvshmem_ll Case on this rank (the runner reads stream and extra).
 
     ``transport`` is "ipc" or "nvshmem" (low-latency mode only; ``handle`` is
@@ -55,6 +56,7 @@ class PeerState:
 
     def __init__(self, p: Problem, op: str, mode: str, comm, device: str, max_tokens: int = 0,
                  transport: str = "ipc", handle=None, buffer_name: str | None = None):
+        super().__init__()  # CaseState defaults; fields set below
         if transport not in TRANSPORTS or (transport == "nvshmem" and mode != "ll"):
             raise ValueError(f"no {mode} kernels over {transport}")
         self.p, self.op, self.mode, self.comm, self.transport = p, op, mode, comm, transport

@@ -10,8 +10,9 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ...measure.state import CaseState
 from ... import metrics
 from ..collectives import pattern
 from ...errors import SkipCase
@@ -23,25 +24,20 @@ DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2, "int32": 3}
 
 
 @dataclass
-class CollState:
+class CollState(CaseState):
     lib: object
     world: object
     device: str
-    stream: object
     op: str
     backend: str
     dtype: str
     n: int
     rank: int
     nvshmem_count: int  # elements per NVSHMEM call (per-PE block for gather/alltoall/scatter)
-    count: int  # nccl-tests' count
     src: object
     dst: object
     threads: int
     case: object = None
-    size_bytes: int = 0
-    timing_label: str = "events"
-    extra: dict = field(default_factory=dict)
 
 
 def buffer_counts(op: str, count: int, n: int) -> tuple[int, int, int]:
@@ -113,8 +109,8 @@ def setup(case, ctx, handle, prm: dict) -> CollState:
         dst.zero_()
     stream.synchronize()
     ctx.world.barrier()
-    return CollState(lib, ctx.world, ctx.device, stream, case.op, case.backend, case.dtype, n, handle.pe,
-                     nv_count, count, src, dst, min(prm["threads"], 256), case=case)
+    return CollState(lib, ctx.world, ctx.device, case.op, case.backend, case.dtype, n, handle.pe, nv_count,
+                     src, dst, min(prm["threads"], 256), case=case, stream=stream, count=count)
 
 
 def run(st: CollState) -> None:

@@ -47,6 +47,9 @@ class Nvshmem(Family):
         "direction": Param("uni", (str,), "uni: even PEs send to odd PEs; bi: both send",
                            choices=("uni", "bi")),
         "reps": Param(1, (int,), "transfers per kernel launch (perftest's in-kernel loop); bytes count all"),
+        "timed_loop": Param("native", (str,), "enqueue the timed batch of put/get/p/atomic ops from native code "
+                            "(Python entered once per batch) or from Python, one call per op",
+                            choices=("native", "python")),
         "allow_limited_mpg": Param(False, (bool,), "try collectives when PEs share a GPU without MPS"),
     }
 
@@ -105,6 +108,8 @@ class Nvshmem(Family):
                            nvshmem_mode=handle.status_name,
                            variant=case.variant if transport in case.variant else f"{case.variant}+{transport}")
         state.size_bytes, state.count = case.size_bytes, self._count(case, ctx.world.size)
+        if case.op in LATENCY_OPS:  # timed in the kernel (global timer stamps per iteration)
+            state.measure = lambda warmup, iters: p2p.measure_latency(state, warmup, iters)
         return state
 
     def _count(self, case: Case, world_size: int) -> int:
@@ -117,25 +122,6 @@ class Nvshmem(Family):
         from . import coll, p2p
 
         (coll.run if state.op in COLL_OPS else p2p.run)(state)
-
-    def measure(self, state, warmup: int, iters: int) -> list[float]:
-        """Latency loops time themselves in-kernel; every other op uses the runner's timing modes."""
-        from ... import timing
-        from . import p2p
-
-        if state.op in LATENCY_OPS:
-            return p2p.measure_latency(state, warmup, iters)
-        mode = state.case.timing if hasattr(state, "case") else "events"
-        mode = "events" if mode in ("auto", "host") else mode
-        import torch
-
-        with torch.cuda.stream(state.stream):
-            for _ in range(warmup):
-                self.run(state)
-        state.stream.synchronize()
-        state.timing_label = mode
-        fn = {"events": timing.time_events, "pipelined": timing.time_pipelined, "graph": timing.time_graph}[mode]
-        return fn(lambda: self.run(state), state.stream, iters, state.world.barrier)
 
     def check(self, state) -> int:
         from . import coll, p2p

@@ -8,8 +8,9 @@ peer's source buffer; for every other op it writes the peer's destination.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ...measure.state import CaseState
 from ...errors import SkipCase
 from . import buffers
 
@@ -19,18 +20,15 @@ TIMEOUT_NS = 10_000_000_000
 
 
 @dataclass
-class P2PState:
+class P2PState(CaseState):
     case: object
     handle: object
     lib: object
     world: object
     device: str
-    stream: object
     op: str
     backend: str
     dtype: str
-    size_bytes: int
-    count: int
     peer: int
     initiator: bool
     target: bool
@@ -41,8 +39,6 @@ class P2PState:
     host_words: object = None
     launches: int = 0
     sig_base: int = 0
-    timing_label: str = "events"
-    extra: dict = field(default_factory=dict)
 
 
 def pairing(pe: int, n_pes: int, direction: str) -> tuple[int, bool, bool]:
@@ -97,8 +93,8 @@ def setup(case, ctx, handle, prm: dict) -> P2PState:
     stream = torch.cuda.Stream(device=ctx.device)
     dtype = case.dtype
     count = size // buffers.ELEM_BYTES[dtype]
-    st = P2PState(case, handle, lib, ctx.world, ctx.device, stream, case.op, case.backend, dtype, size,
-                  count, peer, initiator, target, prm, ptrs)
+    st = P2PState(case, handle, lib, ctx.world, ctx.device, case.op, case.backend, dtype, peer, initiator,
+                  target, prm, ptrs, stream=stream, size_bytes=size, count=count)
     with torch.cuda.stream(stream):
         src = buffers.view(ptrs["a"], size, dtype, ctx.device)
         if case.op == "atomic_fetch_add":
@@ -117,6 +113,10 @@ def setup(case, ctx, handle, prm: dict) -> P2PState:
     stream.synchronize()
     ctx.world.barrier()  # no peer may write into our buffers before they are reset
     st.extra = {"msgs_per_op": msgs_per_op(case.op, size, prm), "peer": peer}
+    if case.param("timed_loop", "native") == "native":
+        from .native import native_op
+
+        st.native = native_op(st)
     return st
 
 

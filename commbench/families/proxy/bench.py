@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import statistics
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ...measure.state import CaseState
 from . import native
 from .native import KERNEL_ERRORS, ProxyError
 
@@ -19,24 +20,19 @@ WINDOW_CAP_BYTES = 256 << 20  # rate: regions wrap inside this much memory
 
 
 @dataclass
-class ProxyState:
+class ProxyState(CaseState):
     op: str
     backend: str
     executor: str
     prm: dict
-    size_bytes: int
     device: int
-    stream: object = None
     src: object = None
     dst: object = None
     engine: native.Engine | None = None
     producers: int = 1
     num_regions: int = 1
     window_bytes: int = 0
-    extra: dict = field(default_factory=dict)
-    timing_label: str = "events"
     broken: str = ""
-    count: int = 0
 
     # --- derived ---
     @property
@@ -60,7 +56,11 @@ def build(case, prm: dict, device: str) -> ProxyState:
 
     dev = torch.device(device)
     st = ProxyState(op=case.op, backend=case.backend, executor=prm["executor"], prm=prm,
-                    size_bytes=case.size_bytes, device=dev.index or 0)
+                    size_bytes=case.size_bytes, device=dev.index or 0, count=0)
+    if case.op == "latency":
+        st.measure = lambda warmup, iters: measure_latency(st, warmup, iters)
+    else:  # timed by the runner (events on st.stream); the rate follows from its median
+        st.columns_from_time = lambda time_us: rate_columns(st, time_us)
     st.producers = 1 if case.op == "latency" else prm["num_ctas"] * prm["warps_per_cta"]
     if case.op == "rate":
         wanted = st.producers * prm["cmds_per_producer"]
@@ -182,43 +182,36 @@ def raise_if_failed(st: ProxyState) -> None:
         raise ProxyError(why)
 
 
-def measure(st: ProxyState, warmup: int, iters: int) -> list[float]:
+def measure_latency(st: ProxyState, warmup: int, iters: int) -> list[float]:
+    """Round trips timed by the kernel's own clock (calibrated to ns): one sample per command."""
     import torch
 
-    if st.op == "latency":
-        n = warmup + iters
-        cycles = torch.zeros(n, dtype=torch.int64, device=st.src.device)
-        calib = torch.zeros(2, dtype=torch.int64, device=st.src.device)
-        launch(st, n, cycles, calib)
-        st.stream.synchronize()
-        raise_if_failed(st)
-        ns_total, cyc_total = (int(x) for x in calib.cpu())
-        us_per_cycle = ns_total / max(cyc_total, 1) / 1000.0
-        samples = [c * us_per_cycle for c in cycles.cpu().tolist()[warmup:]]
-        qs = statistics.quantiles(samples, n=100) if len(samples) > 1 else samples * 99
-        st.extra.update(latency_p50_us=statistics.median(samples), latency_p99_us=qs[98])
-        st.timing_label = "kernel-clock"
-        return samples
-    for _ in range(warmup):
-        launch(st)
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-    events[0].record(st.stream)
-    for i in range(iters):
-        launch(st)
-        events[i + 1].record(st.stream)
+    n = warmup + iters
+    cycles = torch.zeros(n, dtype=torch.int64, device=st.src.device)
+    calib = torch.zeros(2, dtype=torch.int64, device=st.src.device)
+    launch(st, n, cycles, calib)
     st.stream.synchronize()
     raise_if_failed(st)
-    samples = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(iters)]
-    med = statistics.median(samples)
-    st.extra["rate_mops"] = st.commands_per_iter / med if med > 0 else None
-    st.timing_label = "events"
+    ns_total, cyc_total = (int(x) for x in calib.cpu())
+    us_per_cycle = ns_total / max(cyc_total, 1) / 1000.0
+    samples = [c * us_per_cycle for c in cycles.cpu().tolist()[warmup:]]
+    qs = statistics.quantiles(samples, n=100) if len(samples) > 1 else samples * 99
+    st.extra.update(latency_p50_us=statistics.median(samples), latency_p99_us=qs[98])
+    st.timing_label = "kernel-clock"
     return samples
+
+
+def rate_columns(st: ProxyState, time_us: float) -> dict:
+    """Million commands per second at the Case's median time per iteration."""
+    return {"rate_mops": st.commands_per_iter / time_us if time_us > 0 else None}
 
 
 def check(st: ProxyState) -> int:
     """Untimed pass on fresh data; wrong = bad bytes + lost/duplicated/reordered commands."""
     import torch
 
+    st.stream.synchronize()
+    raise_if_failed(st)  # a failure during the timed batch
     fill(st, salt=7)
     st.dst.zero_()
     torch.cuda.synchronize(st.src.device)

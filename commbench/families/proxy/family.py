@@ -101,11 +101,6 @@ class ProxyFamily(Family):
         else:
             bench.launch(state)
 
-    def measure(self, state, warmup: int, iters: int) -> list[float]:
-        from . import bench
-
-        return bench.measure(state, warmup, iters)
-
     def check(self, state) -> int:
         from . import bench
 

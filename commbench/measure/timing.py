@@ -92,3 +92,6 @@ def time_host(run: Callable[[], None], iters: int, barrier: Callable[[], None]) 
         run()
         stamps.append(time.perf_counter())
     return [(b - a) * 1e6 for a, b in zip(stamps, stamps[1:])]
+
+
+TIMERS = {"events": time_events, "pipelined": time_pipelined, "graph": time_graph}

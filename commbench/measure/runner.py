@@ -12,14 +12,15 @@ import time
 import traceback
 from pathlib import Path
 
-from . import metrics, timing
-from .launch import safety
-from .measure import native_loop
-from .errors import SkipCase
-from .families import get_family
-from .families.base import Case, RankContext
-from .runfolder import RunFolder, case_row
-from .world import World
+from .. import metrics
+from ..errors import SkipCase
+from ..families import get_family
+from ..families.base import Case, RankContext
+from ..launch import safety
+from ..runfolder import RunFolder, case_row
+from ..world import World
+from . import native_loop, timing
+from .state import CaseState
 
 
 class _PhaseFailed(Exception):
@@ -69,39 +70,40 @@ def base_row(case: Case, world: World, log: str) -> dict:
                     ranks_per_node=world.local_size, log=log)
 
 
-def _time(fam, case: Case, state, world: World) -> tuple[list[float], str]:
-    state_measure = getattr(state, "measure", None)  # per-Case opt-in: measure(warmup, iters)
-    if state_measure is not None or fam.measure is not None:
-        samples = (state_measure(case.warmup, case.iters) if state_measure is not None
-                   else fam.measure(state, case.warmup, case.iters))
-        return list(samples), getattr(state, "timing_label", "kernel")
-    stream = getattr(state, "stream", None)
+def _time(fam, case: Case, state: CaseState, world: World) -> tuple[list[float], str]:
+    if state.measure is not None:  # the op times itself (in-kernel clock, proxy round trips)
+        return list(state.measure(case.warmup, case.iters)), state.timing_label or "kernel"
+    stream = state.stream
     mode = case.timing
     if stream is None:
         mode = "host"
     elif mode in ("auto", "host"):
         mode = "events"
-    native = getattr(state, "native", None)
-    if native is not None and mode in native_loop.TIMERS:
+    if state.native is not None and mode in native_loop.TIMERS:
         handle = stream.cuda_stream
         stream.synchronize()
-        native_loop.warm_up(native, handle, case.warmup)
-        return native_loop.TIMERS[mode](native, handle, case.iters, world.barrier), mode
-    if stream is None:
-        for _ in range(case.warmup):
-            fam.run(state)
-    else:
-        import torch
-
-        with torch.cuda.stream(stream):
-            for _ in range(case.warmup):
-                fam.run(state)
-        stream.synchronize()
+        native_loop.warm_up(state.native, handle, case.warmup)
+        return native_loop.TIMERS[mode](state.native, handle, case.iters, world.barrier), mode
     run = lambda: fam.run(state)  # noqa: E731
     if mode == "host":
+        for _ in range(case.warmup):
+            run()
         return timing.time_host(run, case.iters, world.barrier), mode
-    fn = {"events": timing.time_events, "pipelined": timing.time_pipelined, "graph": timing.time_graph}[mode]
-    return fn(run, stream, case.iters, world.barrier), mode
+    import torch
+
+    with torch.cuda.stream(stream):
+        for _ in range(case.warmup):
+            run()
+    stream.synchronize()
+    return timing.TIMERS[mode](run, stream, case.iters, world.barrier), mode
+
+
+def _setup(fam, case: Case, ctx: RankContext) -> CaseState:
+    state = fam.setup(case, ctx)
+    if not isinstance(state, CaseState):
+        raise TypeError(f"family {fam.name!r}: setup returned {type(state).__name__}; it must return a "
+                        f"commbench.measure.state.CaseState (docs/families.md)")
+    return state
 
 
 def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dict]]:
@@ -115,7 +117,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         return row, []
     state = None
     try:
-        state = _agree(world, lambda: fam.setup(case, ctx), undo=lambda st: _teardown(fam, st))
+        state = _agree(world, lambda: _setup(fam, case, ctx), undo=lambda st: _teardown(fam, st))
         tampered = _tampered(world, safety.active_kill_switches())
         if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
             raise _PhaseFailed("failed", tampered)
@@ -127,11 +129,12 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         return row, []
     wrong = world.sum_int(wrong_local)
     gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples), root=0)
-    extra = dict(getattr(state, "extra", {}) or {})
-    if getattr(state, "stream", None) is not None:  # which loop enqueued the timed ops
-        extra.setdefault("timed_loop", "native" if getattr(state, "native", None) is not None else "python")
-    row["size_bytes"] = getattr(state, "size_bytes", case.size_bytes)
-    row["count"] = getattr(state, "count", None)
+    extra = dict(state.extra)
+    if state.stream is not None and state.measure is None:  # which loop enqueued the timed ops
+        extra.setdefault("timed_loop", "native" if state.native is not None else "python")
+    row["size_bytes"] = state.size_bytes if state.size_bytes is not None else case.size_bytes
+    row["count"] = state.count
+    from_time = state.columns_from_time
     _teardown(fam, state)
     if not world.is_root:
         return row, []
@@ -141,8 +144,8 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     algbw = metrics.gbps(traffic.algbw_bytes, stats["time_us"])
     row.update(stats, timing=mode, algbw_gbps=algbw, busbw_gbps=algbw * traffic.bus_factor,
                wrong=wrong, **extra)
-    if row.get("tokens_per_rank") and row["time_us"]:
-        row["tokens_per_s"] = float(row["tokens_per_rank"]) / (row["time_us"] * 1e-6)
+    if from_time is not None and row["time_us"]:
+        row.update(from_time(row["time_us"]))
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,

@@ -1,0 +1,338 @@
+"""`commbench import nccl-tests`: nccl-tests outputs -> one run folder with commbench's columns.
+
+Each result line becomes two rows (out-of-place, in-place) keyed exactly as a
+`commbench run` of the collectives family (nccl backend) keys the same point,
+so `report`, `compare` and `accept` work on them unchanged (docs/import.md).
+Bandwidths are recomputed with commbench.metrics and must agree with the
+file's to its printed precision. Everything is parsed and checked before
+anything is written; the folder appears whole or not at all.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from commbench import __version__, metrics
+from commbench.errors import CommbenchError
+
+from .nccl_tests import NcclTestsFormatError, ResultLine, Side, TestRun, read, version_string
+
+SOURCE = "nccl-tests"
+# nccl-tests binary (without _perf and a build suffix such as _mpi) -> commbench op.
+OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+       "alltoall": "alltoall", "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv"}
+# nccl-tests type name -> (commbench dtype, bytes per element); char/int are pre-2.x names.
+DTYPES = {"float": ("float32", 4), "half": ("float16", 2), "bfloat16": ("bfloat16", 2),
+          "double": ("float64", 8), "int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1),
+          "int32": ("int32", 4), "int": ("int32", 4), "uint32": ("uint32", 4), "int64": ("int64", 8),
+          "uint64": ("uint64", 8), "f8e4m3": ("fp8_e4m3", 1), "f8e5m2": ("fp8_e5m2", 1)}
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+PER_RANK_CHUNK = ("all_gather", "reduce_scatter", "alltoall")
+NOT_CHECKED_IN_PLACE = ("alltoall", "sendrecv")   # nccl-tests prints N/A for these in-place
+# Slack on top of the printed rounding when comparing bandwidths (float arithmetic only).
+BW_SLACK = 1.01
+
+
+class ImportError_(CommbenchError):
+    """The import cannot proceed (output folder taken, repeated points)."""
+
+
+def op_of(run: TestRun) -> str:
+    """The commbench op measured by a run, from its program name (all_reduce_perf, ..._mpi)."""
+    name = re.sub(r"_perf(_\w+)?$", "", run.program or "")
+    if name not in OPS:
+        raise NcclTestsFormatError(
+            f"{run.where}: {run.program} has no commbench counterpart; commbench imports "
+            f"{', '.join(k + '_perf' for k in OPS)}.")
+    return OPS[name]
+
+
+def variant_of(run: TestRun, op: str, line: ResultLine) -> str:
+    """`default`, or the nccl-tests settings that make the point differ from commbench's."""
+    tags = []
+    if op in ("broadcast", "reduce") and line.root != 0:
+        tags.append(f"root={line.root}")       # commbench's rooted ops use root 0
+    if run.agg_iters > 1:
+        tags.append(f"agg_iters={run.agg_iters}")
+    if run.blocking:
+        tags.append("blocking")
+    if run.unalign:
+        tags.append(f"unalign={run.unalign}")
+    return ",".join(tags) or "default"
+
+
+def geometry(run: TestRun) -> tuple[int, int, int]:
+    """(world_size, num_nodes, ranks_per_node) from the rank lines."""
+    hosts: dict[str, int] = {}
+    per_device = run.world_size // max(1, len(run.devices))   # JSON lists one device per process
+    for d in run.devices:
+        hosts[d.host] = hosts.get(d.host, 0) + per_device
+    return run.world_size, len(hosts), max(hosts.values())
+
+
+def _check_size(op: str, line: ResultLine, elem: int, n: int, dtype: str) -> None:
+    expected = line.count * elem * (n if op in PER_RANK_CHUNK else 1)
+    if line.size_bytes != expected:
+        raise NcclTestsFormatError(
+            f"{line.where}: size {line.size_bytes} B and count {line.count} disagree for {op} of "
+            f"{dtype} on {n} rank(s) (expected {expected} B): the rank lines, the op or the row are wrong.")
+
+
+def recompute(op: str, side: Side, count: int, elem: int, n: int, where: str) -> tuple[float | None, float | None]:
+    """algbw and busbw from commbench's formulas; the file's must agree to their printed digits."""
+    if side.time_us <= 0:
+        return None, None
+    algbw = metrics.gbps(metrics.algbw_bytes(op, count, elem, n), side.time_us)
+    busbw = algbw * metrics.bus_factor(op, n)
+    rel_time = side.time_half_unit / side.time_us
+    for name, ours, theirs, half in (("algbw", algbw, side.algbw_gbps, side.algbw_half_unit),
+                                     ("busbw", busbw, side.busbw_gbps, side.busbw_half_unit)):
+        tol = BW_SLACK * (half + abs(ours) * rel_time / (1 - rel_time) if rel_time < 1 else float("inf"))
+        if abs(ours - theirs) > tol + 1e-12:
+            label = "in-place" if side.in_place else "out-of-place"
+            raise NcclTestsFormatError(
+                f"{where}: {label} {name} is {theirs:g} GB/s in the file but {ours:.4g} GB/s by "
+                f"commbench's formula for {op} on {n} rank(s) ({count} elements of {elem} B in "
+                f"{side.time_us:g} us): the file's numbers, rank lines or op do not belong together.")
+    return algbw, busbw
+
+
+def status_of(op: str, side: Side, count: int) -> tuple[str, str]:
+    """(status, reason) of one side of a result line."""
+    if side.wrong is None:
+        if side.in_place and op in NOT_CHECKED_IN_PLACE:
+            return "skipped", (f"nccl-tests does not check in-place {op} (#wrong N/A); commbench has no "
+                               f"in-place {op} (send and receive buffers must differ)")
+        return "failed", "not checked: nccl-tests printed #wrong N/A (data check off, -c 0)"
+    if side.wrong > 0:
+        return "wrong", f"{side.wrong} element(s) differ from the expected values (nccl-tests #wrong)"
+    if count == 0:
+        return "skipped", ("0 elements per rank: nccl-tests rounds each rank's part down to a "
+                           "multiple of 16 bytes")
+    return "ok", ""
+
+
+def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dict], list[dict]]:
+    """Result rows and per-iteration samples of one nccl-tests invocation."""
+    from commbench.families import get_family
+    from commbench.families.base import Case
+    from commbench.runfolder import case_row
+
+    # Every collectives parameter at its default, in the family's order, as a suite that sets
+    # only in_place expands them: the case ids then match `commbench run`'s.
+    defaults = {name: p.default for name, p in get_family("collectives").params.items()}
+    op = op_of(run)
+    n, num_nodes, rpn = geometry(run)
+    timing = "graph" if run.graph_launches > 0 else "pipelined"
+    rows, samples = [], []
+    for line in run.lines:
+        if line.type_name not in DTYPES:
+            raise NcclTestsFormatError(f"{line.where}: unknown nccl-tests data type {line.type_name!r} "
+                                       f"(known: {', '.join(DTYPES)})")
+        dtype, elem = DTYPES[line.type_name]
+        _check_size(op, line, elem, n, dtype)
+        reduce_op = line.redop if op in REDUCING else ""
+        for side in line.sides:
+            algbw, busbw = recompute(op, side, line.count, elem, n, line.where)
+            case = Case(suite=suite, bench=bench, family="collectives", op=op, backend="nccl",
+                        variant=variant_of(run, op, line), env=(), dtype=dtype, size_bytes=line.size_bytes,
+                        params=tuple({**defaults, "in_place": side.in_place,
+                                      "reduce_op": reduce_op or defaults["reduce_op"]}.items()),
+                        warmup=run.warmup_iters, iters=run.iters, timing=timing, ranks=n,
+                        ranks_per_node=rpn, timeout_s=0.0)
+            row = case_row(case, world_size=n, num_nodes=num_nodes, ranks_per_node=rpn, log=log)
+            status, reason = status_of(op, side, line.count)
+            row.update(count=line.count, time_us=side.time_us, algbw_gbps=algbw, busbw_gbps=busbw,
+                       wrong=side.wrong, status=status, reason=reason, reduce_op=reduce_op,
+                       source=SOURCE, source_line=_short_where(line.where, run))
+            side_samples = _samples(case.case_id, side, run)
+            if side_samples:
+                stats = metrics.summarize(_slowest(side_samples))
+                row.update(time_us_min=stats["time_us_min"], time_us_p90=stats["time_us_p90"],
+                           time_us_max=stats["time_us_max"])
+            elif side.iter_min_us is not None:
+                row.update(time_us_min=side.iter_min_us, time_us_max=side.iter_max_us)
+            rows.append(row)
+            samples += side_samples
+    return rows, samples
+
+
+def _slowest(samples: list[dict]) -> list[float]:
+    """Per iteration, the slowest process's time (the runner's reduction, DESIGN 5)."""
+    by_iter: dict[int, float] = {}
+    for s in samples:
+        by_iter[s["iteration"]] = max(by_iter.get(s["iteration"], 0.0), s["time_us"])
+    return [by_iter[i] for i in sorted(by_iter)]
+
+
+def _samples(case_id: str, side: Side, run: TestRun) -> list[dict]:
+    """-I per-iteration times (JSON only): one row per process (its slowest GPU) per iteration."""
+    if side.per_process_times_us:
+        rows = side.per_process_times_us
+    elif side.iter_times_us:
+        rows = [side.iter_times_us]
+    else:
+        return []
+    out = []
+    for proc, times in enumerate(rows):
+        dev = run.devices[min(proc, len(run.devices) - 1)]
+        out += [{"case_id": case_id, "rank": proc, "host": dev.host, "gpu": f"cuda:{dev.device}",
+                 "iteration": i, "time_us": t} for i, t in enumerate(times)]
+    return out
+
+
+def _short_where(where: str, run: TestRun) -> str:
+    return where.replace(str(run.path), run.path.name, 1)
+
+
+def describe(run: TestRun, op: str, log: str) -> dict:
+    """What the file says about one invocation, for run.json."""
+    n, num_nodes, rpn = geometry(run)
+    return {
+        "file": str(run.path), "where": _short_where(run.where, run), "format": run.fmt, "log": log,
+        "program": run.program, "op": op, "nccl_tests_version": run.version,
+        "nccl_headers": version_string(run.nccl_headers), "nccl": version_string(run.nccl_library),
+        "command": shlex.join(run.command) if run.command else None,
+        "settings": {"nthreads": run.nthreads, "ngpus": run.ngpus, "min_bytes": run.min_bytes,
+                     "max_bytes": run.max_bytes, "step": run.step, "warmup_iters": run.warmup_iters,
+                     "iters": run.iters, "agg_iters": run.agg_iters, "validation": run.validation,
+                     "graph_launches": run.graph_launches, "unalign": run.unalign,
+                     "blocking": run.blocking, "per_iter_timing": run.per_iter},
+        "world_size": n, "num_nodes": num_nodes, "ranks_per_node": rpn,
+        "devices": [{"rank": d.rank, "host": d.host, "device": d.device, "pci": d.pci, "name": d.name}
+                    for d in run.devices],
+        "avg_busbw_gbps": run.avg_busbw_gbps, "out_of_bounds": run.out_of_bounds,
+        "start_time": run.start_time, "end_time": run.end_time,
+        "errors": [e for e in run.errors if e],
+        "results": len(run.lines),
+    }
+
+
+def _joined(values) -> str | None:
+    vals = list(dict.fromkeys(v for v in values if v))
+    return ", ".join(vals) if vals else None
+
+
+def build_meta(described: list[dict], envs: list[dict], files: list[Path], suite: str) -> dict:
+    from commbench.sysinfo.machine import filtered_env
+
+    env: dict[str, str] = {}
+    for e in envs:
+        env.update(filtered_env(e))
+    return {
+        "source": SOURCE, "suite": suite,
+        "command": _joined(d["command"] for d in described),
+        "imported_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "imported_by": shlex.join(["commbench", "import", "nccl-tests", *map(str, files)]),
+        "commbench_version": __version__,
+        "hosts": sorted({dev["host"] for d in described for dev in d["devices"]}),
+        "gpus": list(dict.fromkeys(dev["name"] for d in described for dev in d["devices"])),
+        "nccl": _joined(d["nccl"] for d in described),
+        "nccl_tests_version": _joined(d["nccl_tests_version"] for d in described),
+        "env": env,
+        "nccl_tests": described,
+    }
+
+
+def _log_name(path: Path, used: set[str]) -> str:
+    name, k = path.name, 1
+    while name in used:
+        k += 1
+        name = f"{path.stem}-{k}{path.suffix}"
+    used.add(name)
+    return name
+
+
+def _log_bytes(path: Path, runs: list[TestRun]) -> bytes:
+    """The file as kept in logs/: verbatim, except a -J file's environment, which is filtered."""
+    data = path.read_bytes()
+    if not runs or runs[0].fmt != "json":
+        return data
+    from commbench.sysinfo.machine import filtered_env
+
+    doc = json.loads(data)
+    doc["env"] = [f"{k}={v}" for k, v in filtered_env(runs[0].env or {}).items()]
+    return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE):
+    """Parse and check every file; return (rows, samples, meta, logs) without writing anything."""
+    rows, samples, described, envs, logs = [], [], [], [], []
+    seen: dict[str, str] = {}
+    used: set[str] = set()
+    for path in map(Path, files):
+        runs = read(path)
+        log_name = _log_name(path, used)
+        log = f"logs/{log_name}"
+        for run in runs:
+            r, s = rows_of(run, suite=suite, bench=bench, log=log)
+            for row in r:
+                first = seen.setdefault(row["case_id"], row["source_line"])
+                if first != row["source_line"]:
+                    raise ImportError_(
+                        f"{row['source_line']}: repeats the point of {first} ({row['op']}, "
+                        f"{row['size_bytes']} B {row['dtype']}, in_place={row['in_place']}, timing "
+                        f"{row['timing']}, {row['world_size']} rank(s)). Import each nccl-tests run "
+                        f"once (a text log and its -J file are the same run); put repeated measurements "
+                        f"of one point into separate folders.")
+            rows += r
+            samples += s
+            described.append(describe(run, op_of(run), log))
+            envs.append(run.env or {})
+        logs.append((log_name, _log_bytes(path, runs)))
+    if not rows:
+        raise ImportError_(f"{', '.join(map(str, files))}: no result rows to import.")
+    return rows, samples, build_meta(described, envs, list(files), suite), logs
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ImportError_(f"{out} already exists and is not an empty folder: choose another --out "
+                           f"(an import never overwrites a run folder).")
+
+
+def write_run_folder(out: Path, rows: list[dict], samples: list[dict], meta: dict,
+                     logs: list[tuple[str, bytes]]) -> Path:
+    """Write the run folder under a temporary name next to ``out``, then rename it into place."""
+    from commbench.runfolder import RunFolder
+
+    out = Path(out)
+    _check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        folder = RunFolder(tmp)
+        folder.create(resume=False)
+        for row in rows:
+            folder.append_row(row)
+        if samples:
+            folder.append_samples(samples)
+        folder.write_meta(meta)
+        for name, data in logs:
+            (tmp / "logs" / name).write_bytes(data)
+        _check_out(out)          # someone may have written there meanwhile
+        os.rename(tmp, out)      # atomic; replaces an empty folder
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def default_out() -> Path:
+    from commbench.runfolder import utc_stamp
+
+    return Path("results") / f"{utc_stamp()}-{SOURCE}"
+
+
+def import_files(files, out: Path | None = None, *, bench: str = SOURCE, suite: str = SOURCE):
+    """Import nccl-tests outputs into a new run folder; return (folder, rows)."""
+    rows, samples, meta, logs = convert(list(files), suite=suite, bench=bench)
+    folder = write_run_folder(Path(out) if out is not None else default_out(), rows, samples, meta, logs)
+    return folder, rows

@@ -1,0 +1,152 @@
+"""nccl-tests' -J JSON file -> a TestRun record; errors name the file and the JSON field."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .records import JSON_HALF_UNIT, Device, NcclTestsFormatError, ResultLine, Side, TestRun
+
+
+def parse_json(path: Path, text: str) -> TestRun:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NcclTestsFormatError(
+            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); an nccl-tests -J file "
+            f"that ends early was cut short (the run was killed before it finished).") from None
+    if not isinstance(doc, dict) or "results" not in doc or "config" not in doc:
+        raise NcclTestsFormatError(f"{path}: JSON without 'config' and 'results': not an nccl-tests -J file.")
+    j = _Json(path)
+    run = TestRun(path=path, where=str(path), fmt="json")
+    args = j.get(doc, "args", list, "")
+    if not args:
+        raise NcclTestsFormatError(f"{path}: 'args' is empty: the operation (argv[0]) is unknown.")
+    run.command = [str(a) for a in args]
+    run.program = Path(run.command[0]).name
+    run.env = _env_dict(doc.get("env"))
+    run.nccl_library = doc.get("nccl_version") if isinstance(doc.get("nccl_version"), int) else None
+    run.start_time, run.end_time = doc.get("start_time"), doc.get("end_time")
+    cfg = j.get(doc, "config", dict, "")
+    run.nthreads = j.int(cfg, "nthreads", "config")
+    run.ngpus = j.int(cfg, "ngpus", "config")
+    run.min_bytes = cfg.get("minimum_bytes")
+    run.max_bytes = cfg.get("maximum_bytes")
+    run.step = str(cfg.get("step_factor", cfg.get("step_bytes", "")))
+    run.warmup_iters = j.int(cfg, "warmup_iters", "config")
+    run.iters = j.int(cfg, "iterations", "config")
+    run.agg_iters = int(cfg.get("aggregated_iterations", 1))
+    run.validation = int(cfg.get("validation", 1))
+    run.graph_launches = int(cfg.get("graph", 0))
+    run.blocking = 1 if cfg.get("blocking_collectives") in (True, "true", 1) else 0
+    run.per_iter = cfg.get("per_iter_timing") in (True, "true", 1)
+    devices = j.get(cfg, "devices", list, "config")
+    if not devices:
+        raise NcclTestsFormatError(f"{path}: config.devices is empty: the world size is unknown.")
+    for i, d in enumerate(devices):
+        at = f"config.devices[{i}]"
+        run.devices.append(Device(rank=j.int(d, "rank", at), group=int(d.get("group", 0)), pid=d.get("pid"),
+                                  host=str(j.get(d, "hostname", str, at)), device=j.int(d, "device", at),
+                                  pci=str(d.get("device_hex", "")), name=str(d.get("device_info", ""))))
+    # One entry per process (nccl-tests parses the first device line of each process).
+    run.world_size = len(devices) * run.nthreads * run.ngpus
+    for i, r in enumerate(j.get(doc, "results", list, "")):
+        run.lines.append(_json_line(j, r, f"results[{i}]", run))
+    errors = doc.get("errors")
+    run.errors = [str(e) for e in errors] if isinstance(errors, list) else []
+    avg = doc.get("average_bus_bandwidth")
+    if not isinstance(avg, dict) or "bandwidth" not in avg:
+        said = f" nccl-tests reported: {'; '.join(run.errors)}" if any(run.errors) else ""
+        raise NcclTestsFormatError(
+            f"{path}: no 'average_bus_bandwidth' after {len(run.lines)} result(s): the run did not "
+            f"finish.{said}")
+    run.avg_busbw_gbps = j.float(avg, "bandwidth", "average_bus_bandwidth")
+    oob = doc.get("out_of_bounds")
+    run.out_of_bounds = int(oob["count"]) if isinstance(oob, dict) and "count" in oob else None
+    return run
+
+
+class _Json:
+    """Typed field access that names the JSON path of a missing or mistyped field."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def _fail(self, at: str, key: str, what: str):
+        name = f"{at}.{key}" if at else key
+        raise NcclTestsFormatError(f"{self.path}: {name}: {what}")
+
+    def get(self, obj, key: str, typ, at: str):
+        if not isinstance(obj, dict):
+            self._fail(at, key, "the enclosing value is not an object")
+        if key not in obj:
+            self._fail(at, key, "missing")
+        if not isinstance(obj[key], typ) or isinstance(obj[key], bool):
+            names = "/".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+            self._fail(at, key, f"expected {names}, got {obj[key]!r:.60}")
+        return obj[key]
+
+    def int(self, obj, key: str, at: str) -> int:
+        value = self.get(obj, key, (int, str), at)
+        try:
+            return int(value)
+        except ValueError:
+            self._fail(at, key, f"not an integer: {value!r:.60}")
+
+    def float(self, obj, key: str, at: str) -> float:
+        value = self.get(obj, key, (int, float, str), at)   # nccl-tests writes NaN as "nan"
+        try:
+            out = float(value)
+        except ValueError:
+            self._fail(at, key, f"not a number: {value!r:.60}")
+        if math.isnan(out):
+            self._fail(at, key, "nan")
+        return out
+
+
+def _json_line(j: _Json, r, at: str, run: TestRun) -> ResultLine:
+    if not isinstance(r, dict):
+        raise NcclTestsFormatError(f"{j.path}: {at}: not an object")
+    if "cpu_time" in (r.get("out_of_place") or {}) or "cpu_time" in (r.get("in_place") or {}):
+        raise NcclTestsFormatError(
+            f"{j.path}: {at}: this run used -C (report_cputime): its time is the host's enqueue "
+            f"time, not the operation's, and its bandwidths do not follow from it. Rerun without -C.")
+    sides = []
+    for key, in_place in (("out_of_place", False), ("in_place", True)):
+        s = r.get(key)
+        if s is None:
+            continue   # nccl-tests writes null where it measured nothing
+        sat = f"{at}.{key}"
+        nwrong = s.get("nwrong") if isinstance(s, dict) else None
+        side = Side(in_place=in_place, time_us=j.float(s, "time", sat), algbw_gbps=j.float(s, "alg_bw", sat),
+                    busbw_gbps=j.float(s, "bus_bw", sat),
+                    wrong=None if nwrong is None else int(j.float(s, "nwrong", sat)),
+                    time_half_unit=JSON_HALF_UNIT, algbw_half_unit=JSON_HALF_UNIT,
+                    busbw_half_unit=JSON_HALF_UNIT)
+        per = r.get(f"{key}_per_iter")
+        if isinstance(per, dict):
+            side.iter_min_us = per.get("min_us")
+            side.iter_max_us = per.get("max_us")
+            times = per.get("times_us")
+            if isinstance(times, list) and times:
+                side.iter_times_us = [float(t) for t in times]
+            procs = per.get("per_process_max_times_us")
+            if isinstance(procs, list) and procs:
+                side.per_process_times_us = [[float(t) for t in row] for row in procs]
+        sides.append(side)
+    if not sides:
+        raise NcclTestsFormatError(f"{j.path}: {at}: neither out_of_place nor in_place results")
+    return ResultLine(where=f"{j.path}: {at}", size_bytes=j.int(r, "size", at), count=j.int(r, "count", at),
+                      type_name=str(j.get(r, "type", str, at)), redop=str(j.get(r, "redop", str, at)),
+                      root=int(str(r.get("root", "-1")).strip() or -1), sides=sides)
+
+
+def _env_dict(env) -> dict[str, str] | None:
+    if not isinstance(env, list):
+        return None
+    out = {}
+    for item in env:
+        if isinstance(item, str) and "=" in item:
+            k, v = item.split("=", 1)
+            out[k] = v
+    return out

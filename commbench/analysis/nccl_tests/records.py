@@ -1,0 +1,115 @@
+"""What an nccl-tests output says, as read: one record per invocation (docs/import.md).
+
+Numbers are kept as the file states them, with the rounding of their printed
+digits, so the import can check them against commbench's formulas.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from commbench.errors import CommbenchError
+
+# Half a unit of the last digit of a JSON number: nccl-tests writes doubles with "%lf".
+JSON_HALF_UNIT = 5e-7
+
+
+class NcclTestsFormatError(CommbenchError):
+    """An nccl-tests output file is malformed, truncated or not nccl-tests output."""
+
+
+@dataclass
+class Device:
+    rank: int
+    host: str
+    device: int
+    pci: str
+    name: str
+    group: int = 0
+    pid: int | None = None
+
+
+@dataclass
+class Side:
+    """One half of a result line: out-of-place or in-place, as printed."""
+
+    in_place: bool
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int | None                 # None: nccl-tests printed N/A (not checked)
+    time_half_unit: float             # rounding of the printed numbers (checks allow this much)
+    algbw_half_unit: float
+    busbw_half_unit: float
+    iter_min_us: float | None = None  # -I per-iteration columns
+    iter_max_us: float | None = None
+    iter_times_us: list[float] | None = None             # -I in JSON: slowest process per iteration
+    per_process_times_us: list[list[float]] | None = None
+
+
+@dataclass
+class ResultLine:
+    where: str                        # "file:line" or "file: results[i]"
+    size_bytes: int
+    count: int
+    type_name: str
+    redop: str
+    root: int
+    sides: list[Side]
+
+
+@dataclass
+class TestRun:
+    """One nccl-tests invocation: a section of a text file, or one JSON file."""
+
+    path: Path
+    where: str
+    fmt: str                           # "text" or "json"
+    program: str | None = None         # e.g. all_reduce_perf
+    version: str | None = None         # nccl-tests version (text only)
+    nccl_headers: int | None = None
+    nccl_library: int | None = None
+    nthreads: int | None = None
+    ngpus: int | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    step: str | None = None
+    warmup_iters: int | None = None
+    iters: int | None = None
+    agg_iters: int = 1
+    validation: int = 1
+    graph_launches: int = 0
+    unalign: int = 0
+    blocking: int = 0
+    per_iter: bool = False
+    cputime: bool = False
+    devices: list[Device] = field(default_factory=list)
+    world_size: int | None = None
+    lines: list[ResultLine] = field(default_factory=list)
+    out_of_bounds: int | None = None
+    avg_busbw_gbps: float | None = None
+    command: list[str] | None = None
+    env: dict[str, str] | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def version_string(code: int | None) -> str | None:
+    """NCCL_VERSION_CODE as 'major.minor.patch' (2.9+ codes are major*10000 + minor*100 + patch)."""
+    if not code:
+        return None
+    if code >= 10000:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
+def half_unit(printed: str) -> float:
+    """Half a unit of the last printed digit of a "%f"/"%e"-style number: its rounding error."""
+    t = printed.strip().lower()
+    exp = 0
+    if "e" in t:
+        t, e = t.split("e", 1)
+        exp = int(e)
+    decimals = len(t.split(".", 1)[1]) if "." in t else 0
+    return 0.5 * 10.0 ** (exp - decimals)

@@ -1,0 +1,37 @@
+"""The per-Case state a family's ``setup`` returns: the one contract between families and the runner.
+
+A family subclasses :class:`CaseState` with its own fields (buffers, communicators, launchers); the
+runner reads only the fields declared here, never attributes by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass(kw_only=True)
+class CaseState:
+    """What the runner needs to time, check and record one Case on this rank.
+
+    - ``stream``: the torch.cuda.Stream the op runs on; the runner times with CUDA events on it.
+      None means a CPU op, timed with the host clock.
+    - ``native``: a ``measure.native_loop.NativeOp`` when the op can be enqueued from native code;
+      the runner then runs warm-up and the timed batch there (Python entered once per batch).
+    - ``measure``: for ops that time themselves (in-kernel clocks, proxy round trips): called as
+      ``measure(warmup, iters)`` and returns this rank's per-iteration microseconds; the runner
+      still aligns, reduces (slowest rank) and records them. ``timing_label`` names that clock.
+    - ``extra``: extra result columns of this Case.
+    - ``size_bytes`` / ``count``: the effective size and element count when they differ from the
+      Case's (rounding to whole elements, token counts).
+    - ``columns_from_time``: columns derived from the Case's reduced median ``time_us`` (rank 0),
+      e.g. a command rate.
+    """
+
+    stream: Any = None
+    native: Any = None
+    measure: Callable[[int, int], list[float]] | None = None
+    timing_label: str | None = None
+    extra: dict = field(default_factory=dict)
+    size_bytes: int | None = None
+    count: int | None = None
+    columns_from_time: Callable[[float], dict] | None = None
