@@ -211,6 +211,11 @@ class Family:
                     problems.append((f"params.{name}", msg))
         return problems
 
+    def finalize_case(self, case: Case, explicit: frozenset) -> Case:
+        """The Case as it will run, given the parameter names the suite wrote itself
+        (a family with presets fills the others from them). Default: unchanged."""
+        return case
+
     # --- measuring (runs in every rank) ---
     def setup(self, case: Case, ctx: RankContext) -> Any:
         raise NotImplementedError

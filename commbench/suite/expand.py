@@ -287,6 +287,8 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
+    params = b.get("params", {}) or {}
+    explicit = frozenset(params if isinstance(params, dict) else ())  # written in the suite: presets never override these
     cases = []
     for hosts, ranks, envv, op, backend, dtype, timing, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
@@ -294,7 +296,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
         rpn = int(counts["ranks_per_node"] or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
         n_ranks = rpn * len(hosts) if hosts else ranks
-        cases.append(Case(
+        cases.append(fam.finalize_case(Case(
             suite=suite_name, bench=bname, family=fam.name, op=op, backend=backend,
             variant=_variant_label(envv, varying), env=tuple(sorted(envv.items())),
             dtype=dtype, size_bytes=size, params=tuple(zip(pkeys, pcombo)),
@@ -302,6 +304,6 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
             iters=int(counts["iters"]) if counts["iters"] is not None else default_iters(size, False),
             timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
             timeout_s=float(counts["timeout_s"]), hosts=hosts,
-            profile="" if profile == "none" else profile))
+            profile="" if profile == "none" else profile), explicit))
     _reject_values_that_never_run(b, fam, cases)
     return [] if len(err.items) > n_err else cases

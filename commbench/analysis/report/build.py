@@ -6,6 +6,7 @@ import pandas as pd
 from . import tables
 from .document import Document
 from ...runfolder.reader import Run
+from .moe_layer import add_section as add_moe_layer_section
 from .plots import figure_png, metric_figure
 
 
@@ -46,6 +47,7 @@ def build_report(runs: list[Run]) -> Document:
     from commbench.profile.timeline import add_section as add_timelines
 
     add_timelines(doc, runs)   # per-rank timelines and trace links, where the runs have them
+    add_moe_layer_section(doc, df)   # only when the runs hold MoE layer rows
 
     sec = doc.section("Tables")
     for op, g in tables.points(df).groupby("op", sort=True):

@@ -6,11 +6,17 @@ symmetric memory and DeepEP.
 dispatch dtype; routing, shape and SM count are parameters (all columns).
 algbw uses DeepEP's byte accounting; busbw uses the bytes that really cross
 links (see commbench/families/moe/bytes.py and docs/families/moe.md).
+
+The `layer` op is the whole MoE layer (dispatch -> SwiGLU experts -> combine,
+commbench/families/moe/layer.py); model presets and phases set its shape and tokens.
 """
 from __future__ import annotations
 
 from ...errors import SkipCase
 from ..base import Case, Family, Param, RankContext, Traffic, multiple_of
+from . import layer_plan
+from .layer_plan import GEMMS, OVERLAPS
+from .presets import MODEL_CHOICES, PHASES
 
 IPC_BACKENDS = ("ipc", "ipc_ll")
 OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
@@ -21,9 +27,12 @@ LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shar
 
 class MoeFamily(Family):
     name = "moe"
-    summary = "MoE dispatch/combine: DeepEP-style kernels vs NCCL and symmetric-memory baselines"
-    ops = ("dispatch", "combine", "round_trip")   # round_trip: dispatch then combine, timed as one
-    backends = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep")
+    summary = ("MoE dispatch/combine and the whole MoE layer: DeepEP-style kernels vs NCCL, "
+               "symmetric-memory and DeepEP baselines")
+    # round_trip: dispatch then combine, timed as one; layer: dispatch, experts, combine
+    ops = ("dispatch", "combine", "round_trip", "layer")
+    backends = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",
+                "deepep_ll")
     dtypes = ("bfloat16", "float8_e4m3")
     default_dtype = "bfloat16"
     params = {
@@ -38,10 +47,26 @@ class MoeFamily(Family):
         "zipf_s": Param(1.2, (float, int), "zipf routing: popularity exponent"),
         "num_sms": Param(24, (int,), "CTAs our kernels launch (one per SM)", range=(1, None)),
         "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)", range=(0, None)),
+        "model": Param("custom", (str,), "shape preset (hidden, experts, topk, intermediate, "
+                       "routing); keys the suite writes win", MODEL_CHOICES),
+        "phase": Param("prefill", (str,), "layer: prefill (4096 tokens per rank) or decode (128)",
+                       PHASES),
+        "tokens": Param(0, (int,), "layer: tokens per rank (0 = the phase's)"),
+        "intermediate": Param(2048, (int,), "layer: expert FFN width (moe_intermediate)"),
+        "overlap": Param("none", (str,), "layer: none, or two_batch (two micro-batches, one's "
+                         "dispatch overlaps the other's experts)", OVERLAPS),
+        "gemm": Param("auto", (str,), "layer: grouped_mm (torch._grouped_mm), loop (a GEMM per "
+                      "expert) or auto (grouped_mm where it works)", GEMMS),
     }
 
     def _params(self, case: Case) -> dict:
         return {k: case.param(k, p.default) for k, p in self.params.items()}
+
+    def finalize_case(self, case: Case, explicit: frozenset) -> Case:
+        return layer_plan.finalize(case, explicit)
+
+    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
+        return layer_plan.validate(bench)
 
     def impossible(self, case: Case) -> tuple[str, str] | None:
         from .shape import shape_problem, tokens_for
@@ -52,6 +77,9 @@ class MoeFamily(Family):
             return ("sizes", reason)
         if case.op == "combine" and case.dtype != "bfloat16":
             return ("dtypes", "combine is BF16 only (FP8 applies to dispatch)")
+        if case.backend == "deepep_ll" and case.op != "layer":
+            return ("backends", "deepep_ll runs in the layer op (its dispatch and combine alone are the "
+                    "layer row's dispatch_us and combine_us)")
         if prm["topk"] > prm["experts"]:
             return ("params.topk", f"topk ({prm['topk']}) exceeds the experts ({prm['experts']})")
         if prm["experts"] % case.ranks:
@@ -64,6 +92,10 @@ class MoeFamily(Family):
             budget = max(prm["max_tokens"], tokens_for(case.size_bytes, prm["hidden"]))
             if budget > LL_SMEM_TOKENS:
                 return ("sizes", f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank")
+        if case.op == "layer":
+            reason = layer_plan.unsupported(case, prm)
+            if reason:
+                return ("ops", reason)
         return None
 
     def setup(self, case: Case, ctx: RankContext):
@@ -79,6 +111,8 @@ class MoeFamily(Family):
             # our kernels wait across ranks inside blocks: every block must be resident
             raise SkipCase(f"num_sms ({prm['num_sms']}) exceeds this GPU's {sms} SMs")
         world = ctx.world
+        if case.op == "layer":
+            return _layer_state(case, ctx, prm)
         problem = make_problem(case.size_bytes, prm, world.rank, world.size, case.dtype)
         if case.backend in OUR_BACKENDS:
             state = _our_state(case, ctx, problem, prm)
@@ -118,7 +152,7 @@ class MoeFamily(Family):
 
         prm = self._params(case)
         routing = _routing(prm, tokens_for(case.size_bytes, prm["hidden"]), world_size, generate)
-        b = moe_bytes(routing, case.op, case.backend, case.dtype, prm["hidden"])
+        b = moe_bytes(routing, _bytes_op(case.op), case.backend, case.dtype, prm["hidden"])
         return Traffic(b.deepep_bytes, b.link_bytes / b.deepep_bytes if b.deepep_bytes else 0.0)
 
     def teardown(self, state) -> None:
@@ -135,10 +169,24 @@ def _columns(case: Case, routing, hidden: int) -> dict:
     """Extra result columns: mode, tokens, load imbalance and both byte counts."""
     from .bytes import LOW_LATENCY_BACKENDS, moe_bytes
 
-    b = moe_bytes(routing, case.op, case.backend, case.dtype, hidden)
+    b = moe_bytes(routing, _bytes_op(case.op), case.backend, case.dtype, hidden)
     return {"mode": "low_latency" if case.backend in LOW_LATENCY_BACKENDS else "normal",
             "tokens_per_rank": routing.num_tokens, "deepep_bytes": b.deepep_bytes,
             "link_bytes": b.link_bytes, "rows_per_rank": b.rows, **routing.imbalance()}
+
+
+def _bytes_op(op: str) -> str:
+    """The layer moves what a round trip moves (the experts move nothing)."""
+    return "round_trip" if op == "layer" else op
+
+
+def _layer_state(case: Case, ctx: RankContext, prm: dict):
+    from .layer import LayerState
+
+    group = _nccl_group(ctx) if case.backend in ("nccl_a2a", "nccl_agrs", "symm_a2av") else None
+    state = LayerState(case, ctx, prm, group)
+    state.extra.update(_columns(case, state.problem.routing, prm["hidden"]))
+    return state
 
 
 def _our_state(case: Case, ctx: RankContext, problem, prm: dict):

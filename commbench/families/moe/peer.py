@@ -51,11 +51,11 @@ class PeerState(CaseState):
     """State of one ipc / ipc_ll / nvshmem_ll Case on this rank (the runner reads stream and extra).
 
     ``transport`` is "ipc" or "nvshmem" (low-latency mode only; ``handle`` is
-    the launch's NVSHMEM handle).
+    the launch's NVSHMEM handle, ``buffer_name`` names its symmetric buffer).
     """
 
     def __init__(self, p: Problem, op: str, mode: str, comm, device: str, max_tokens: int = 0,
-                 transport: str = "ipc", handle=None):
+                 transport: str = "ipc", handle=None, buffer_name: str | None = None):
         super().__init__()  # CaseState defaults; fields set below
         if transport not in TRANSPORTS or (transport == "nvshmem" and mode != "ll"):
             raise ValueError(f"no {mode} kernels over {transport}")
@@ -72,7 +72,9 @@ class PeerState(CaseState):
             from .shmem import ATTACH_SYMBOL, KERNELS, SymmetricWorkspace
 
             self.lib = agree(comm, lambda: handle.load(KERNELS, ATTACH_SYMBOL), "loading the kernels")
-            self.ws = SymmetricWorkspace(handle, nbytes, comm, p.rank, p.ranks)
+            # states alive at once (the layer's micro-batches) need buffers of their own
+            self.ws = SymmetricWorkspace(handle, nbytes, comm, p.rank, p.ranks,
+                                         **({"name": buffer_name} if buffer_name else {}))
         else:
             self.lib = agree(comm, lambda: jit.load("moe_normal" if mode == "normal" else "moe_ll"),
                              "loading the kernels")

@@ -19,10 +19,11 @@ ATTACH_SYMBOL = "moe_shmem_attach"
 class SymmetricWorkspace:
     """Same interface as ipc.PeerWorkspace: ``peers[r]`` is the address to use for rank r."""
 
-    def __init__(self, handle, nbytes: int, comm, rank: int, ranks: int):
+    def __init__(self, handle, nbytes: int, comm, rank: int, ranks: int,
+                 name: str = BUFFER_NAME):
         self.comm = comm
         same_size_everywhere(comm, nbytes)
-        self.base = handle.buffer(BUFFER_NAME, nbytes)   # collective
+        self.base = handle.buffer(name, nbytes)   # collective; one buffer per name
         check_cuda(ipc_lib().moe_zero(ctypes.c_void_p(self.base), ctypes.c_size_t(nbytes)),
                    f"cudaMemset({nbytes} bytes)")
         comm.Barrier()

@@ -1,0 +1,82 @@
+"""Planning the MoE `layer` op on the CPU: presets into Cases, suite checks, unsupported reasons.
+
+Nothing here touches a GPU: `validate`, `list` and the planner call it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .presets import layer_tokens, resolve
+
+OVERLAPS = ("none", "two_batch")
+GEMMS = ("auto", "grouped_mm", "loop")
+# DeepEP v1.2.1 compiles its low-latency kernels for these hidden sizes only, and at most
+# 11 choices per token (csrc/kernels/launch.cuh SWITCH_HIDDEN, internode_ll.cu kNumMaxTopK).
+DEEPEP_LL_HIDDEN = (2048, 2560, 4096, 5120, 6144, 7168, 8192)
+DEEPEP_LL_MAX_TOPK = 11
+DEEPEP_NORMAL_RANKS = (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)   # Buffer.get_dispatch_config
+
+
+LAYER_ONLY = ("phase", "tokens", "intermediate", "overlap", "gemm")
+
+
+def finalize(case, explicit: frozenset):
+    """Apply the model preset; for the layer, also the phase's token count and the size it gives.
+
+    The other ops do not carry the layer's parameters (nor `model: custom`), so their
+    Cases, ids and columns stay what they were before the layer existed."""
+    params = resolve(dict(case.params), explicit)
+    size = case.size_bytes
+    if case.op == "layer":
+        params["tokens"] = layer_tokens(params)
+        size = params["tokens"] * params["hidden"] * 2
+    else:
+        for key in LAYER_ONLY:
+            params.pop(key, None)
+        if params.get("model") == "custom":
+            del params["model"]
+    return dataclasses.replace(case, params=tuple(params.items()), size_bytes=size)
+
+
+def validate(bench: dict) -> list[tuple[str, str]]:
+    """Suite-level problems of a moe benchmark (field, message)."""
+    ops = bench.get("ops", [])
+    ops = ops if isinstance(ops, list) else [ops]
+    params = bench.get("params") or {}
+    if "layer" in ops and len(ops) > 1:
+        return [("ops", "the layer op runs in a benchmark of its own (its tokens come from "
+                        "params.phase or params.tokens, not from sizes)")]
+    if "layer" in ops and "sizes" in bench:
+        return [("sizes", "the layer op takes its tokens per rank from params.tokens or "
+                          "params.phase (prefill 4096, decode 128), not from sizes: drop sizes")]
+    if "layer" not in ops:
+        extra = [k for k in LAYER_ONLY if isinstance(params, dict) and k in params]
+        if extra:
+            return [(f"params.{extra[0]}", "applies to the layer op only (ops: [layer])")]
+    return []
+
+
+def unsupported(case, prm: dict) -> str | None:
+    """Reason a layer Case can never run (knowable from the suite alone), or None."""
+    tokens = case.size_bytes // (2 * prm["hidden"])
+    inter = prm["intermediate"]
+    if inter <= 0 or inter % 8:
+        return f"intermediate must be a positive multiple of 8 (16-byte GEMM rows), got {inter}"
+    if prm["overlap"] == "two_batch" and tokens < 2:
+        return "two_batch overlap splits the tokens into two micro-batches: it needs >= 2 tokens"
+    if case.backend == "deepep" and case.ranks not in DEEPEP_NORMAL_RANKS:
+        return (f"DeepEP's normal kernels have configurations for {list(DEEPEP_NORMAL_RANKS)} "
+                f"ranks, not {case.ranks}")
+    if case.backend == "deepep_ll":
+        if prm["hidden"] not in DEEPEP_LL_HIDDEN:
+            return (f"DeepEP's low-latency kernels are built for hidden in "
+                    f"{list(DEEPEP_LL_HIDDEN)}, not {prm['hidden']}")
+        if prm["topk"] > DEEPEP_LL_MAX_TOPK:
+            return f"DeepEP's low-latency kernels take topk <= {DEEPEP_LL_MAX_TOPK}"
+    if case.timing == "graph":
+        if case.backend == "deepep":
+            return ("DeepEP's normal dispatch waits on the host for the received counts: "
+                    "it cannot be captured in a CUDA graph")
+        if prm["gemm"] == "loop":
+            return "the per-expert GEMM loop reads group sizes on the host: no CUDA graph"
+    return None
