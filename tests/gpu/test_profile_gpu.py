@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
-from commbench.gpus import gpu_count
+from commbench.sysinfo.gpus import gpu_count
 from commbench.runfolder.reader import load
 from tests.conftest import needs_gpu, needs_mpi
 
