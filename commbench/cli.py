@@ -18,7 +18,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except CommbenchError as exc:
-            click.echo(f"commbench: error: {exc}", err=True)
+            from .world import launcher_rank
+
+            if launcher_rank() in (None, 0):   # one message per job, not one per rank
+                click.echo(f"commbench: error: {exc}", err=True)
             sys.exit(2)
 
 
@@ -33,6 +36,12 @@ def cli():
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="run folder (default results/<UTC time>-<suite name>)")
 @click.option("--resume", is_flag=True, help="continue the run folder, skipping Cases already finished")
+@click.option("--force", is_flag=True,
+              help="with --resume: continue even when the suite, --set or --only differ from the "
+                   "run folder's (run.json records both)")
+@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, metavar="N",
+              help="run the suite N times back to back into OUT/repeat-1 ... OUT/repeat-N; "
+                   "`compare` reads the folder and tells change from run-to-run noise")
 @click.option("--dry-run", is_flag=True, help="validate and print the Cases and launches; run nothing")
 @click.option("--quiet", is_flag=True, help="no live progress display")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -40,10 +49,9 @@ def cli():
                    "--set params.num_sms=16 (recorded in run.json)")
 @click.option("--only", "only", multiple=True, metavar="BENCH",
               help="run only the named benchmark(s) of the suite (repeatable; recorded in run.json)")
-def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...],
-        only: tuple[str, ...]):
+def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, dry_run: bool, quiet: bool,
+        sets: tuple[str, ...], only: tuple[str, ...]):
     """Run a suite: every Case measured, checked and stored in a run folder."""
-    from .launch.orchestrate import run_suite
     from .suite import load_suite, parse_overrides
 
     overrides = _with_only(parse_overrides(sets), only)
@@ -51,22 +59,39 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
         s = load_suite(suite, overrides=overrides)
         _print_plan(s)
         return
+    if force and not resume:
+        raise CommbenchError("--force only applies to --resume (it lets a resume mix settings).")
+    from .launch.extras import require_run_extras
+
+    require_run_extras()
+    from .launch.orchestrate import run_suite
     import signal
 
     def _terminate(signum, frame):  # a batch system's SIGTERM: stop like Ctrl-C
         raise KeyboardInterrupt
 
+    def run_one(suite_path, out_dir, again):
+        return run_suite(suite_path, out_dir, resume=again, show_progress=not quiet, overrides=overrides,
+                         force=force)
+
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet, overrides=overrides)
+        if repeat > 1:
+            from .launch.repeat import run_repeats
+
+            run_dirs = run_repeats(suite, out, repeat, resume=resume, force=force, run_one=run_one)
+        else:
+            run_dirs = [run_one(suite, out, resume)]
     except KeyboardInterrupt:
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
         sys.exit(130)
-    from .verdict import run_exit_status_all_ranks
+    from .verdict import busy_warnings_all_ranks, run_exit_status_all_ranks
 
-    code, summary = run_exit_status_all_ranks(run_dir)
-    click.echo(f"run folder: {run_dir}")
+    code, summary = run_exit_status_all_ranks(run_dirs)
+    for warning in busy_warnings_all_ranks(run_dirs):
+        click.echo(f"commbench: warning: {warning}", err=True)
+    click.echo(f"run folder: {run_dirs[0].parent if repeat > 1 else run_dirs[0]}")
     click.echo(f"commbench: {summary}")
     sys.exit(code)
 

@@ -72,8 +72,17 @@ def _check_type(value, types, err, line, where) -> bool:
     return True
 
 
-def _resolve_ranks(value, gpu_count: int) -> int:
-    return max(1, gpu_count) if value == "all" else int(value)
+def _resolve_ranks(value, gpu_count: int) -> tuple[int, int | None]:
+    """(ranks, ranks per node or None). `all`: inside a Slurm job, its tasks (and tasks per node);
+    elsewhere every GPU of this node."""
+    if value != "all":
+        return int(value), None
+    from ..world import slurm_allocation_tasks
+
+    tasks, per_node = slurm_allocation_tasks()
+    if tasks > 0:
+        return tasks, per_node
+    return max(1, gpu_count), None
 
 
 def _variant_label(env: dict[str, str], varying: list[str]) -> str:
@@ -226,10 +235,10 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
     cases = []
-    for hosts, ranks, envv, op, backend, dtype, timing, pcombo, size in itertools.product(
+    for hosts, (ranks, per_node), envv, op, backend, dtype, timing, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
-        rpn = int(ints["ranks_per_node"] or ranks)
+        rpn = int(ints["ranks_per_node"] or per_node or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
         n_ranks = rpn * len(hosts) if hosts else ranks
         cases.append(Case(

@@ -43,11 +43,15 @@ def test_reverse_is_better_and_bad_rows_not_comparable():
     assert len(bad) == 4 and bad["why"].str.startswith("status").all()
 
 
-def test_without_samples_threshold_decides(tmp_path):
+def test_without_samples_or_repeats_threshold_decides(tmp_path):
     base, slow = load_run(RUNS / "cpu-base"), load_run(RUNS / "cpu-slow2x")
-    slow.samples = slow.samples.iloc[0:0]
+    base.samples, slow.samples = base.samples.iloc[0:0], slow.samples.iloc[0:0]
     pts = compare_runs(base, slow, CompareSettings(threshold_pct=5))
     assert set(pts["verdict"]) == {"worse"} and pts["p_value"].isna().all()
+    assert set(pts["why"]) == {"no samples or repeats: threshold only"}
+    # samples on one side are enough to weigh the noise
+    pts = compare_runs(load_run(RUNS / "cpu-base"), slow)
+    assert set(pts["verdict"]) == {"worse"} and pts["p_value"].notna().all()
 
 
 def test_cli_fail_above_exit_status(tmp_path):

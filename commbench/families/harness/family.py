@@ -30,6 +30,7 @@ class Harness(Family):
     dtypes = ("int32",)
     default_dtype = "int32"
     needs_gpu = False
+    needs_torch = False
     params = {"victim_rank": Param(-1, (int,), "rank that hangs or crashes (-1: the last rank)")}
 
     def setup(self, case: Case, ctx: RankContext) -> HarnessState:
