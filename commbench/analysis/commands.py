@@ -148,7 +148,12 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
         except ImportError as exc:
             raise CommbenchError(f"cannot run suite {target} here ({exc}); run it with "
                                  "`commbench run` and pass the run folder to accept.") from None
-        run_dir = Path(run_suite(Path(target), out_dir=None))
+        try:
+            run_dir = Path(run_suite(Path(target), out_dir=None))
+        except KeyboardInterrupt:
+            click.echo("commbench: interrupted; every row measured so far is in the run folder",
+                       err=True)
+            sys.exit(130)
     else:
         raise CommbenchError(f"{target} is neither a run folder (with results.csv) nor a suite "
                              "YAML file.")
