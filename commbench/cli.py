@@ -88,11 +88,14 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
         sys.exit(130)
     from .verdict import busy_warnings_all_ranks, run_exit_status_all_ranks
 
+    from .world import launcher_rank
+
     code, summary = run_exit_status_all_ranks(run_dirs)
     for warning in busy_warnings_all_ranks(run_dirs):
         click.echo(f"commbench: warning: {warning}", err=True)
-    click.echo(f"run folder: {run_dirs[0].parent if repeat > 1 else run_dirs[0]}")
-    click.echo(f"commbench: {summary}")
+    if launcher_rank() in (None, 0):   # inside an MPI job: one summary, from rank 0
+        click.echo(f"run folder: {run_dirs[0].parent if repeat > 1 else run_dirs[0]}")
+        click.echo(f"commbench: {summary}")
     sys.exit(code)
 
 
@@ -159,9 +162,20 @@ def list_cmd():
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
-def info(as_json: bool):
+@click.option("--srun-mpi", "srun_mpi", is_flag=True,
+              help="inside a Slurm allocation: print the `srun --mpi` plugin that starts this MPI's "
+                   "ranks (empty when none does; the reason goes to stderr)")
+def info(as_json: bool, srun_mpi: bool):
     """GPUs, driver, CUDA, torch, NCCL, NVSHMEM, MPI versions, multicast capability."""
     import json
+
+    if srun_mpi:
+        from .launch.srun import choose_mpi_plugin
+
+        plugin, why = choose_mpi_plugin()
+        click.echo(f"commbench: srun --mpi: {plugin or 'none works'} ({why})", err=True)
+        click.echo(plugin or "")
+        return
 
     from .sysinfo import machine
 

@@ -52,7 +52,7 @@ def pmi_mismatch(world_size: int) -> str | None:
         return None
     from .srun import mpi_library, pmi_preference
 
-    library = mpi_library() or "the MPI that mpi4py uses"
+    library = (mpi_library() or "the MPI that mpi4py uses").split(",")[0]
     speaks = pmi_preference(library)
     used = os.environ.get("SLURM_MPI_TYPE") or "the site's MpiDefault"
     return (f"srun started {tasks} tasks, but each sees an MPI world of 1: srun's PMI ({used}) is "

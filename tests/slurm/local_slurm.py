@@ -3,7 +3,7 @@ slurm-wlm, each with its own socket, ports, state and spool folders under one te
 so it never touches a site's /etc/slurm or another cluster running here.
 
     with LocalSlurm(tmp_path) as slurm:
-        done = slurm.sbatch(["slurm/single-node.sbatch"], env={...}, cwd=repo)
+        status, job_id, job = slurm.sbatch_wait(["slurm/single-node.sbatch"], env={...}, cwd=repo)
 
 The packages are installed outside the tests (`make slurm-deps`, .ci/run); `missing()` says
 what is absent so a test can skip with the reason.
@@ -19,8 +19,12 @@ import time
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("sbatch", "srun", "scontrol", "sinfo")
+CLIENTS = ("sbatch", "srun", "scontrol", "sinfo", "scancel")
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                "BOOT_FAIL", "DEADLINE")
 SBIN = ("/usr/sbin", "/usr/bin")
+PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib/aarch64-linux-gnu/slurm-wlm", "/usr/lib64/slurm",
+               "/usr/lib/slurm")
 
 
 def _which(name: str) -> str | None:
@@ -53,10 +57,14 @@ def _free_port() -> int:
 class LocalSlurm:
     """Start munged, slurmctld and slurmd (in the foreground, as our children) under ``root``."""
 
-    def __init__(self, root: Path, cpus: int = 64, mpi_default: str = "none"):
+    def __init__(self, root: Path, cpus: int = 64, mpi_default: str = "none",
+                 without_plugins: tuple[str, ...] = ()):
+        """``without_plugins``: plugin file prefixes (e.g. "mpi_pmix") this cluster lacks, as a
+        Slurm built or packaged without them would."""
         self.root = Path(root)
         self.cpus = cpus
         self.mpi_default = mpi_default
+        self.without_plugins = without_plugins
         self.node = socket.gethostname()
         self.procs: dict[str, subprocess.Popen] = {}
 
@@ -78,6 +86,7 @@ class LocalSlurm:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
         r = self.root
+        plugin_dir = self._plugin_dir()
         lines = [
             "ClusterName=cbtest",
             f"SlurmctldHost={self.node}(127.0.0.1)",
@@ -108,11 +117,25 @@ class LocalSlurm:
             # --cpus-per-task=8 x 8 tasks still schedule on a small CI machine
             "SlurmdParameters=config_overrides",
             "MinJobAge=600",
+            *([f"PluginDir={plugin_dir}"] if plugin_dir else []),
             "KillWait=5",
             f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN",
             f"PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
         ]
         self.conf.write_text("\n".join(lines) + "\n")
+
+    def _plugin_dir(self) -> Path | None:
+        if not self.without_plugins:
+            return None
+        src = next((p for p in PLUGIN_DIRS if Path(p).is_dir()), None)
+        if src is None:
+            raise RuntimeError(f"no Slurm plugin folder among {PLUGIN_DIRS}")
+        dst = self.root / "plugins"
+        dst.mkdir(exist_ok=True)
+        for f in Path(src).iterdir():
+            if not f.name.startswith(self.without_plugins):
+                (dst / f.name).symlink_to(f)
+        return dst
 
     # -- life cycle --
     def start(self, timeout_s: float = 60.0) -> "LocalSlurm":
@@ -190,11 +213,22 @@ class LocalSlurm:
 
     def sbatch_wait(self, argv: list[str], env: dict | None = None, cwd: Path | None = None,
                     timeout_s: float = 600) -> tuple[int, str, dict]:
-        """Submit with `sbatch --wait`; return (sbatch's exit status = the job's, job id, job record)."""
-        out = self.client(["sbatch", "--wait", "--parsable", *argv], env=env, cwd=cwd,
-                          timeout_s=timeout_s, check=False)
-        job_id = out.stdout.strip().split(";")[0].splitlines()[0] if out.stdout.strip() else ""
-        return out.returncode, job_id, self.job(job_id) if job_id else {"sbatch_stderr": out.stderr}
+        """Submit and wait for the job to end; (its exit status, job id, job record). Polls
+        scontrol twice a second (`sbatch --wait` polls at growing intervals: a 5 s job took 42)."""
+        out = self.client(["sbatch", "--parsable", *argv], env=env, cwd=cwd, check=False)
+        job_id = out.stdout.strip().split(";")[0]
+        if out.returncode != 0 or not job_id:
+            return out.returncode or 1, "", {"sbatch_stderr": out.stderr}
+        t_end = time.time() + timeout_s
+        while time.time() < t_end:
+            rec = self.job(job_id)
+            if rec.get("JobState") in FINAL_STATES:
+                code, _, signal_no = rec.get("ExitCode", "1:0").partition(":")
+                return (int(code) if code.isdigit() and code != "0" else
+                        (128 + int(signal_no) if signal_no.isdigit() and signal_no != "0" else int(code or 1))), job_id, rec
+            time.sleep(0.5)
+        self.client(["scancel", job_id], check=False)
+        raise RuntimeError(f"job {job_id} still running after {timeout_s:.0f} s: {self.logs()}")
 
     def job(self, job_id: str) -> dict:
         """`scontrol show job` as a dict (JobState, ExitCode, ...)."""

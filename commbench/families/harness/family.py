@@ -3,9 +3,10 @@
 `barrier` is a real measurement (the control plane's round trip). `spin` busy-waits a known time
 on every rank (size_bytes x spin_ns_per_byte nanoseconds, stretched by `slow_pct`), so a test can
 slow one op by an exact amount and check that `compare` finds it; its check counts spins that
-ended early. `hang` and `crash` make one rank misbehave so the watchdog and failure paths can be
-seen working: a `hang` row must come back `timeout`, a `crash` row `failed`, and the Cases after
-them must still run.
+ended early. `hang`, `crash` and `fail` make one rank misbehave so the watchdog and failure paths
+can be seen working: a `hang` row must come back `timeout`, a `crash` row (the process exits) and
+a `fail` row (one rank's set-up raises, the processes live on) `failed`, and the Cases after them must
+still run.
 """
 from __future__ import annotations
 
@@ -28,15 +29,15 @@ class HarnessState(CaseState):
 
 class Harness(Family):
     name = "harness"
-    summary = "control-plane barrier latency, a known-length spin, deliberate hang/crash Cases (self-checks)"
-    ops = ("barrier", "spin", "hang", "crash")
+    summary = "control-plane barrier latency, a known-length spin, deliberate hang/crash/fail Cases (self-checks)"
+    ops = ("barrier", "spin", "hang", "crash", "fail")
     backends = ("mpi",)
     dtypes = ("int32",)
     default_dtype = "int32"
     needs_gpu = False
     needs_torch = False
     params = {
-        "victim_rank": Param(-1, (int,), "rank that hangs or crashes (-1: the last rank)"),
+        "victim_rank": Param(-1, (int,), "rank that hangs, crashes or fails (-1: the last rank)"),
         "spin_ns_per_byte": Param(1.0, (int, float), "spin: nanoseconds of busy-waiting per byte of size"),
         "slow_pct": Param(0.0, (int, float), "spin: stretch every spin by this percent (a known "
                                                "slowdown for testing compare; 0 in real suites)"),
@@ -54,6 +55,8 @@ class Harness(Family):
 
     def setup(self, case: Case, ctx: RankContext) -> HarnessState:
         victim = case.param("victim_rank", -1) % ctx.world.size
+        if case.op == "fail" and ctx.world.rank == victim:
+            raise RuntimeError("harness fail: this rank's set-up raised on purpose")
         spin_s = (case.size_bytes * float(case.param("spin_ns_per_byte", 1.0)) * 1e-9
                   * (1.0 + float(case.param("slow_pct", 0.0)) / 100.0))
         return HarnessState(case.op, ctx.world, victim, spin_s=spin_s, count=1)
