@@ -5,10 +5,10 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from .errors import CommbenchError
+from .ui import make_console, name_column
 
 
 class _Group(click.Group):
@@ -106,15 +106,17 @@ def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
 
 
 def _print_plan(s) -> None:
-    console = Console()
+    console = make_console()
     table = Table(title=f"{s.name}: {len(s.cases)} cases in {len(s.launches)} launch(es)")
-    for col in ("launch", "ranks", "variant", "cases", "ops", "backends"):
-        table.add_column(col)
+    for col in ("launch", "ranks", "variant", "cases"):
+        table.add_column(col, overflow="fold")
+    table.add_column("ops", ratio=1)        # comma lists wrap between names, never inside one
+    table.add_column("backends", ratio=1)
     by_id = {c.case_id: c for c in s.cases}
     for l in s.launches:
         cs = [by_id[i] for i in l.case_ids]
         table.add_row(str(l.launch_id), str(l.ranks), l.variant, str(len(cs)),
-                      ",".join(dict.fromkeys(c.op for c in cs)), ",".join(dict.fromkeys(c.backend for c in cs)))
+                      ", ".join(dict.fromkeys(c.op for c in cs)), ", ".join(dict.fromkeys(c.backend for c in cs)))
     console.print(table)
 
 
@@ -136,11 +138,11 @@ def list_cmd():
     from .families import all_families
     from .suite import BENCH_KEYS, TOP_KEYS
 
-    console = Console()
+    console = make_console()
     t = Table(title="suite keys")
-    t.add_column("key")
-    t.add_column("where")
-    t.add_column("meaning")
+    name_column(t, "key", [*TOP_KEYS, *BENCH_KEYS])
+    name_column(t, "where", ["top level", "benchmark / defaults"])
+    t.add_column("meaning", ratio=1)
     for k, h in TOP_KEYS.items():
         t.add_row(k, "top level", h)
     for k, h in BENCH_KEYS.items():
@@ -148,9 +150,11 @@ def list_cmd():
     console.print(t)
     for fam in all_families().values():
         ft = Table(title=f"family {fam.name}: {fam.summary}")
-        ft.add_column("what")
-        ft.add_column("values / default")
-        ft.add_column("help")
+        name_column(ft, "what", ["dtypes", *(f"params.{n}" for n in fam.params)])
+        # names listed here are typed into suites: wrap between them, never inside one
+        words = [*fam.ops, *fam.backends, *fam.dtypes, *(repr(p.default) for p in fam.params.values())]
+        ft.add_column("values / default", min_width=max(len(w) + 1 for w in words))
+        ft.add_column("help", ratio=1)
         ft.add_row("ops", ", ".join(fam.ops), "")
         ft.add_row("backends", ", ".join(fam.backends), "")
         ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")
@@ -185,7 +189,7 @@ def info(as_json: bool, srun_mpi: bool):
     else:
         from .sysinfo.view import format_info
 
-        Console().print(format_info(data))
+        make_console().print(format_info(data))
 
 
 @cli.group(name="import")

@@ -78,7 +78,7 @@ def check_job_shape(world, suite) -> None:
 
 
 def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool,
-                         overrides: dict | None = None, force: bool = False) -> Path:
+                         overrides: dict | None = None, force: bool = False, show_progress: bool = True) -> Path:
     suite = load_suite(suite_path, overrides=overrides)
     require_torch_for(suite)
     world = build_world()
@@ -90,6 +90,15 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         done |= record_unsupported(folder, suite, done)
     done = world.bcast(done)
     by_id = {c.case_id: c for c in suite.cases}
+    lines = None
+    if world.is_root and show_progress:   # batch logs: one line per Case, from rank 0
+        from ..ui import CaseLines, describe_case
+
+        lines = CaseLines(sum(cid not in done for l in suite.launches if l.ranks == world.size
+                              for cid in l.case_ids))
+
+        def on_row(row: dict) -> None:
+            lines.case_done(describe_case(by_id[row["case_id"]]), str(row.get("status")))
     measured_env = None
     for launch in suite.launches:
         cases = [by_id[cid] for cid in launch.case_ids if cid not in done]
@@ -113,7 +122,8 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         os.environ.clear()
         os.environ.update(launch_env(folder.path, dict(launch.env), allow_mc))
         try:
-            run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"))
+            run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"),
+                      on_row=on_row if lines is not None else None)
         finally:
             os.environ.clear()
             os.environ.update(saved)

@@ -33,7 +33,7 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
         from .inprocess import run_suite_inside_mpi
 
         return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides,
-                                    force=force)
+                                    force=force, show_progress=show_progress)
     from ..ui import RunDisplay
 
     suite = load_suite(suite_path, overrides=overrides)
