@@ -38,9 +38,12 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     """Build a self-contained HTML report and a Markdown twin from one or more run folders."""
     from .report.build import build_report
 
-    loaded = [load_run(r) for r in runs]
+    from .runsets import expand
+
+    folders = expand(runs)   # a folder of repeats counts as its runs
+    loaded = [load_run(r) for r in folders]
     if out is None:
-        out = runs[0] / "report.html" if len(runs) == 1 else Path("report.html")
+        out = folders[0] / "report.html" if len(folders) == 1 else Path("report.html")
     html_path, md_path = _write_both(build_report(loaded), out)
     click.echo(f"wrote {html_path} and {md_path}")
 
