@@ -24,6 +24,7 @@ correction over all points gives the adjusted p that decides."""
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 MAD_TO_SIGMA = 1.4826          # median absolute deviation -> standard deviation of a normal

@@ -138,7 +138,7 @@ class LocalSlurm:
         return dst
 
     # -- life cycle --
-    def start(self, timeout_s: float = 60.0) -> "LocalSlurm":
+    def start(self, timeout_s: float = 60.0) -> LocalSlurm:
         self._write_config()
         r = self.root
         env = {**os.environ, **self.env}
@@ -195,7 +195,7 @@ class LocalSlurm:
                         pass
                     proc.wait(timeout=5)
 
-    def __enter__(self) -> "LocalSlurm":
+    def __enter__(self) -> LocalSlurm:  # noqa: PYI034 - start() returns self
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -59,7 +59,7 @@ def test_changed_suite_and_only_are_named(tmp_path):
 
 
 def test_force_without_resume_is_bad_input(tmp_path):
-    suite, out = _folder(tmp_path, {})
+    suite, _ = _folder(tmp_path, {})
     res = CliRunner().invoke(cli, ["run", str(suite), "--out", str(tmp_path / "x"), "--force"])
     assert res.exit_code == 2 and "--force only applies to --resume" in res.output
 
