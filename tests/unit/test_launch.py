@@ -72,7 +72,7 @@ def test_srun_plugin_list_and_the_pmi_each_mpi_speaks(monkeypatch):
     new = "MPI plugin types are...\n\tpmix\n\tnone\n\tpmi2\nspecific pmix plugin versions available: pmix_v4\n"
     old = "srun: MPI types are...\nsrun: none\nsrun: pmi2\n"
     for text, want in ((new, ["pmix", "none", "pmi2"]), (old, ["none", "pmi2"])):
-        monkeypatch.setattr(srun.subprocess, "run", lambda *a, text=text, **k: SimpleNamespace(stdout="", stderr=text))
+        monkeypatch.setattr(srun.subprocess, "run", lambda *a, _err=text, **k: SimpleNamespace(stdout="", stderr=_err))
         assert srun.srun_plugins() == want
     assert srun.pmi_preference("Open MPI v5.0.11, package: Open MPI") == ["pmix"]
     assert srun.pmi_preference("Open MPI v4.1.6, package: Debian") == ["pmix", "pmi2"]
