@@ -107,17 +107,18 @@ def test_heavy_tailed_p_values():
 
 REAL_SUITE = """\
     name: noise-check
-    defaults: {ranks: 2, warmup: 3, iters: 25, sizes: [128KiB, 256KiB, 512KiB, 1MiB], timeout_s: 120}
+    defaults: {ranks: 2, warmup: 3, iters: 25, sizes: [64KiB, 128KiB, 256KiB, 512KiB], timeout_s: 120}
     benchmarks:
       - {name: spin, family: harness, ops: [spin], params: {slow_pct: SLOW}}
-      - {name: mpi, family: collectives, backends: [mpi], ops: [all_reduce, broadcast]}
     """
 
 
 @needs_mpi
 def test_a_real_run_with_one_op_slowed_by_20pct(tmp_path):
-    """Two real runs, the harness spin stretched 20% in the second. This machine may be shared:
-    the assertions hold however busy it is, and the stricter ones only when it was quiet."""
+    """Two real runs of the harness spin (a known 66 us - 0.5 ms busy wait on each rank, timed by
+    the runner), stretched 20% in the second. The CPU this runs on may be shared: other work
+    preempts some iterations (the medians shrug that off) and can move whole runs, so the other
+    ops' verdicts are left to the simulated runs above."""
     runner = CliRunner()
     for name, slow in (("base", 0), ("slow", 20)):
         (tmp_path / f"{name}.yaml").write_text(textwrap.dedent(REAL_SUITE).replace("SLOW", str(slow)))
@@ -127,11 +128,8 @@ def test_a_real_run_with_one_op_slowed_by_20pct(tmp_path):
     for run in (base, slow):   # the machine's load around each run is recorded
         load = run.meta["machine_load"]
         assert load["before"]["cpu_count"] >= 1 and load["after"]["load_avg_1m"] is not None
-    pts = compare_runs(base, slow)
-    spin = pts[pts["op"] == "spin"]
-    assert (spin[spin["noise_pct"] <= 25.0]["verdict"] == "worse").all(), spin
-    from commbench.sysinfo.load import busy_reasons
-
-    if not busy_reasons(base.meta["machine_load"]) and not busy_reasons(slow.meta["machine_load"]):
-        assert (spin["verdict"] == "worse").sum() >= 3, spin
-        assert (pts[pts["op"] != "spin"]["verdict"] != "worse").all(), pts
+    spin = compare_runs(base, slow)
+    assert len(spin) == 4 and set(spin["op"]) == {"spin"}
+    clear = spin[(spin["noise_pct"] <= 20.0) & ~spin["unstable"]]
+    assert len(clear) >= 2 and (clear["verdict"] == "worse").all(), spin
+    assert clear["change_pct"].between(15, 25).all(), spin
