@@ -7,10 +7,10 @@ from pathlib import Path
 from ..runfolder import RunFolder
 from ..suite import load_suite
 from ..world import inside_mpi_job
+from .extras import require_torch_for
 from .failure_hosts import on_hosts
 from .finish import finish
-from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, profile_env, record_unsupported,
-                      resume_meta, settled_row, write_plan)
+from .prepare import close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row
 from .supervise import run_launch
 
 
@@ -24,24 +24,24 @@ def _log_tail(path: Path, lines: int = 6) -> str:
 
 
 def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = False,
-              console=None, show_progress: bool = True, overrides: dict | None = None) -> Path:
+              console=None, show_progress: bool = True, overrides: dict | None = None,
+              force: bool = False) -> Path:
     """Run every Case of a suite; return the run folder. Used by `run` and `accept`.
 
-    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded."""
+    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded.
+    ``force`` lets a --resume continue with settings that differ from the folder's."""
     if inside_mpi_job():
         from .inprocess import run_suite_inside_mpi
 
-        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides)
+        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides,
+                                    force=force, show_progress=show_progress)
     from ..ui import RunDisplay
 
     suite = load_suite(suite_path, overrides=overrides)
+    require_torch_for(suite)
     folder = prepare_folder(suite, out_dir, resume)
-    write_plan(folder, suite, resume=resume)
-    started = now_utc()
-    previous = folder.read_meta() if resume else {}
-    meta = base_meta(suite, started)
-    overrides_meta(meta, previous, overrides)
-    resume_meta(meta, previous, started)
+    meta = open_meta(folder, suite, resume=resume, overrides=overrides, force=force,
+                     own_ranks=max((l.ranks_per_node for l in suite.launches), default=0))
     folder.write_meta(meta)
     by_id = {c.case_id: c for c in suite.cases}
     done = folder.done_case_ids() if resume else set()
@@ -55,7 +55,7 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
                 continue
             meta["launches"].append(_run_group(folder, launch, pending, by_id, display))
             folder.write_meta(meta)
-    meta["finished_utc"] = now_utc()
+    close_meta(meta)
     _merge_hosts(folder, meta)
     folder.write_meta(meta)
     finish(folder, console)

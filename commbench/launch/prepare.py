@@ -103,10 +103,39 @@ def overrides_meta(meta: dict, previous: dict, overrides: dict | None) -> None:
 
 def base_meta(suite: Suite, started: str) -> dict:
     from ..sysinfo import machine
+    from .resume_guard import file_sha256
 
     info = machine.collect()
-    return {**info, "suite": suite.name, "suite_file": str(suite.path), "started_utc": started,
-            "command": sys.argv, "env": machine.filtered_env()}
+    return {**info, "suite": suite.name, "suite_file": str(suite.path), "suite_sha256": file_sha256(suite.path),
+            "started_utc": started, "command": sys.argv, "env": machine.filtered_env()}
+
+
+def open_meta(folder: RunFolder, suite: Suite, *, resume: bool, overrides: dict | None, force: bool,
+              own_ranks: int) -> dict:
+    """run.json at the start of a run: refuses a --resume whose settings differ (unless ``force``),
+    writes plan.json and the suite copy, records overrides, resumes and the machine's load."""
+    from ..sysinfo.load import snapshot
+    from .resume_guard import guard
+
+    started = now_utc()
+    previous = folder.read_meta() if resume else {}
+    forced = guard(folder.path, previous, suite.path, overrides, force, started) if previous else None
+    write_plan(folder, suite, resume=resume)
+    meta = base_meta(suite, started)
+    overrides_meta(meta, previous, overrides)
+    resume_meta(meta, previous, started)
+    if previous.get("forced_resumes") or forced:
+        meta["forced_resumes"] = list(previous.get("forced_resumes", [])) + ([forced] if forced else [])
+    meta["machine_load"] = {"before": snapshot(), "own_ranks": own_ranks}
+    return meta
+
+
+def close_meta(meta: dict, exclude_pids: set[int] | None = None) -> None:
+    """run.json at the end: the finish time and the machine's load after the run."""
+    from ..sysinfo.load import snapshot
+
+    meta["finished_utc"] = now_utc()
+    meta.setdefault("machine_load", {})["after"] = snapshot(exclude_pids)
 
 
 def record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[str]:

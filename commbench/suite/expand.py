@@ -61,8 +61,17 @@ def default_iters(size_bytes: int, warmup: bool) -> int:
     return max(floor, int(base * LARGE_BYTES / size_bytes))
 
 
-def _resolve_ranks(value, gpu_count: int) -> int:
-    return max(1, gpu_count) if value == "all" else int(value)
+def _resolve_ranks(value, gpu_count: int) -> tuple[int, int | None]:
+    """(ranks, ranks per node or None). `all`: inside a Slurm job, its tasks (and tasks per node);
+    elsewhere every GPU of this node."""
+    if value != "all":
+        return int(value), None
+    from ..world import slurm_allocation_tasks
+
+    tasks, per_node = slurm_allocation_tasks()
+    if tasks > 0:
+        return tasks, per_node
+    return max(1, gpu_count), None
 
 
 def _variant_label(env: dict[str, str], varying: list[str]) -> str:
@@ -146,7 +155,8 @@ def _counts(b: _Bench) -> dict:
     return out
 
 
-def _ranks(b: _Bench, gpu_count: int) -> list[int]:
+def _ranks(b: _Bench, gpu_count: int) -> list[tuple[int, int | None]]:
+    """(ranks, ranks per node or None) for each value of `ranks`."""
     out = []
     for r in as_list(b.get("ranks", 1)):
         if r != "all" and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
@@ -216,7 +226,7 @@ def _env_lists(b: _Bench) -> dict[str, list[str]]:
     return out
 
 
-def _param_lists(b: _Bench, fam: Family, ranks_list: list[int]) -> dict[str, list]:
+def _param_lists(b: _Bench, fam: Family, ranks_list: list[tuple[int, int | None]]) -> dict[str, list]:
     """Every family parameter's values (the default when the suite does not name it). Values
     are checked against their Param by ``fam.validate_bench``."""
     params = b.get("params", {}) or {}
@@ -233,7 +243,7 @@ def _param_lists(b: _Bench, fam: Family, ranks_list: list[int]) -> dict[str, lis
         else:
             out[k] = as_list(v)
     # the family sees ranks resolved ('all' -> the GPU count) to judge shapes against them
-    for field_name, msg in fam.validate_bench({**b.m, "ranks": ranks_list}):
+    for field_name, msg in fam.validate_bench({**b.m, "ranks": [r for r, _ in ranks_list]}):
         b.add(field_name, msg)
     return {k: out.get(k, [spec.default]) for k, spec in fam.params.items()}
 
@@ -290,10 +300,10 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     params = b.get("params", {}) or {}
     explicit = frozenset(params if isinstance(params, dict) else ())  # written in the suite: presets never override these
     cases = []
-    for hosts, ranks, envv, op, backend, dtype, timing, pcombo, size in itertools.product(
+    for hosts, (ranks, per_node), envv, op, backend, dtype, timing, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
-        rpn = int(counts["ranks_per_node"] or ranks)
+        rpn = int(counts["ranks_per_node"] or per_node or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
         n_ranks = rpn * len(hosts) if hosts else ranks
         cases.append(fam.finalize_case(Case(

@@ -15,7 +15,8 @@ COMMON_KEYS: dict[str, str] = {
     "backends": "backend or list of backends (alias: backend)",
     "dtypes": "element type or list (alias: dtype)",
     "sizes": "message sizes: a size ('64KiB'), a list, or {min, max, factor} / {min, max, step}",
-    "ranks": "ranks per launch: an integer, 'all' (every GPU of the node), or a list",
+    "ranks": "ranks per launch: an integer, 'all' (every task of the Slurm job; outside one, every GPU "
+             "of the node), or a list",
     "ranks_per_node": "ranks on each node (default: all ranks on one node)",
     "timeout_s": "seconds a Case may run without finishing before its launch is killed (default 300)",
     "warmup": "untimed iterations before timing (default 5, fewer for messages over 64 MiB)",
