@@ -28,6 +28,22 @@ def cli():
     """GPU communication benchmarks: NCCL, NVSHMEM, MPI, proxies, MoE, checked and plotted."""
 
 
+def _limit_options(fn):
+    """--max-cases and --max-ranks: lift the expansion limits (docs/suites.md, "Limits")."""
+    fn = click.option("--max-ranks", type=click.IntRange(min=1), default=None, metavar="N",
+                      help="allow launches of up to N ranks, beyond what the launcher can start "
+                           "(default: the CPUs/GPUs of this host, the MPI job or the Slurm allocation)")(fn)
+    # the default lives in suite/limits.py (not imported here: `--help` stays fast)
+    return click.option("--max-cases", type=click.IntRange(min=1), default=None, metavar="N",
+                        help="refuse a suite that expands to more than N Cases (default 20000)")(fn)
+
+
+def _limits(max_cases: int | None, max_ranks: int | None):
+    from .suite.limits import DEFAULT_MAX_CASES, SuiteLimits
+
+    return SuiteLimits(max_cases=max_cases or DEFAULT_MAX_CASES, max_ranks=max_ranks)
+
+
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None,
@@ -40,15 +56,17 @@ def cli():
                    "--set params.num_sms=16 (recorded in run.json)")
 @click.option("--only", "only", multiple=True, metavar="BENCH",
               help="run only the named benchmark(s) of the suite (repeatable; recorded in run.json)")
+@_limit_options
 def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...],
-        only: tuple[str, ...]):
+        only: tuple[str, ...], max_cases: int | None, max_ranks: int | None):
     """Run a suite: every Case measured, checked and stored in a run folder."""
     from .launch.orchestrate import run_suite
     from .suite import load_suite, parse_overrides
 
     overrides = _with_only(parse_overrides(sets), only)
+    limits = _limits(max_cases, max_ranks)
     if dry_run:
-        s = load_suite(suite, overrides=overrides)
+        s = load_suite(suite, overrides=overrides, limits=limits)
         _print_plan(s)
         return
     import signal
@@ -58,7 +76,8 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
 
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet, overrides=overrides)
+        run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet, overrides=overrides,
+                            limits=limits)
     except KeyboardInterrupt:
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
@@ -94,11 +113,13 @@ def _print_plan(s) -> None:
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="as for `run`")
 @click.option("--only", "only", multiple=True, metavar="BENCH", help="as for `run`")
-def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...]):
+@_limit_options
+def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...], max_cases: int | None,
+             max_ranks: int | None):
     """Check a suite file; print what it expands to. Exit 2 on any problem."""
     from .suite import load_suite, parse_overrides
 
-    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only))
+    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only), limits=_limits(max_cases, max_ranks))
     click.echo(f"{suite}: ok: {len(s.cases)} cases in {len(s.launches)} launch(es)")
 
 

@@ -50,9 +50,9 @@ def _root_prepares(world, suite, out_dir: Path | None, resume: bool,
 
 
 def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool,
-                         overrides: dict | None = None) -> Path:
+                         overrides: dict | None = None, limits=None) -> Path:
     world = build_world()
-    suite = load_suite(suite_path, overrides=overrides)
+    suite = load_suite(suite_path, overrides=overrides, limits=limits)
     folder = _root_prepares(world, suite, out_dir, resume, overrides)
     done = set()
     if world.is_root:

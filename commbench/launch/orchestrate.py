@@ -23,17 +23,20 @@ def _log_tail(path: Path, lines: int = 6) -> str:
 
 
 def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = False,
-              console=None, show_progress: bool = True, overrides: dict | None = None) -> Path:
+              console=None, show_progress: bool = True, overrides: dict | None = None,
+              limits=None) -> Path:
     """Run every Case of a suite; return the run folder. Used by `run` and `accept`.
 
-    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded."""
+    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded.
+    ``limits`` (a suite.limits.SuiteLimits: `--max-cases`, `--max-ranks`) bound the expansion."""
     if inside_mpi_job():
         from .inprocess import run_suite_inside_mpi
 
-        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides)
+        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides,
+                                    limits=limits)
     from ..ui import RunDisplay
 
-    suite = load_suite(suite_path, overrides=overrides)
+    suite = load_suite(suite_path, overrides=overrides, limits=limits)
     folder = prepare_folder(suite, out_dir, resume)
     write_plan(folder, suite, resume=resume)
     started = now_utc()

@@ -10,12 +10,15 @@ from ..families import all_families
 from ..families.base import Case, Family
 from ..launch.safety import suite_env_refusal
 from ..units import format_size, parse_size
+from .limits import MAX_SIZE_BYTES, SuiteLimits, factor_sweep_points
 from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, TIMINGS, SuiteErrors,
                      as_list)
 from .yaml_lines import LineDict
 
-def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
-    """Sizes from a single value, a list, or a {min, max, factor|step} sweep."""
+def expand_sizes(spec, err: SuiteErrors, line: int, where: str, budget: SuiteLimits | None = None) -> list[int]:
+    """Sizes from a single value, a list, or a {min, max, factor|step} sweep (a sweep longer than
+    ``budget`` allows is refused before it is built)."""
+    budget = budget or SuiteLimits()
     try:
         if isinstance(spec, dict):
             unknown = set(spec) - {"min", "max", "factor", "step"}
@@ -24,16 +27,24 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
             lo, hi = parse_size(spec.get("min", 0)), parse_size(spec["max"])
             if lo > hi:
                 raise ValueError(f"min ({format_size(lo)}) is above max ({format_size(hi)})")
+            if hi > MAX_SIZE_BYTES:
+                raise ValueError(f"max ({format_size(hi)}) is above {format_size(MAX_SIZE_BYTES)}")
             if "step" in spec:
                 step = parse_size(spec["step"])
                 if step <= 0:
                     raise ValueError("step must be > 0")
+                refusal = budget.sizes_refusal(len(range(lo, hi + 1, step)))
+                if refusal:
+                    raise ValueError(refusal)
                 return list(range(lo, hi + 1, step))
             factor = spec.get("factor", 2)
             if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1:
                 raise ValueError(f"factor must be a number > 1, got {factor!r}")
             if lo <= 0:
                 raise ValueError("min must be > 0 for a factor sweep")
+            refusal = budget.sizes_refusal(factor_sweep_points(lo, hi, factor))
+            if refusal:
+                raise ValueError(refusal)
             out, s = [], float(lo)
             while s <= hi * (1 + 1e-9):
                 out.append(int(round(s)))
@@ -42,6 +53,8 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
         sizes = [parse_size(v) for v in as_list(spec)]
         if not sizes:
             raise ValueError("no sizes given")
+        if max(sizes) > MAX_SIZE_BYTES:
+            raise ValueError(f"{format_size(max(sizes))} is above {format_size(MAX_SIZE_BYTES)}")
         if len(set(sizes)) != len(sizes):
             raise ValueError("the same size is listed twice")
         return sizes
@@ -98,7 +111,8 @@ def _line(bench: LineDict, defaults: LineDict, key: str) -> int:
 
 
 def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: str,
-                  err: SuiteErrors, gpu_count: int, seen_names: set) -> list[Case]:
+                  err: SuiteErrors, gpu_count: int, seen_names: set,
+                  budget: SuiteLimits | None = None) -> list[Case]:
     for key in bench:
         if ALIASES.get(key, key) not in BENCH_KEYS:
             err.add(bench.line_of(key), f"{where}.{key}", f"unknown key (expected one of: {', '.join(BENCH_KEYS)})")
@@ -133,7 +147,8 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     ops = choose("ops", fam.ops, list(fam.ops))
     backends = choose("backends", fam.backends, list(fam.backends[:1]))
     dtypes = choose("dtypes", fam.dtypes, [fam.default_dtype])
-    sizes = expand_sizes(m.get("sizes", "1MiB"), err, _line(bench, defaults, "sizes"), f"{where}.sizes")
+    budget = budget or SuiteLimits()
+    sizes = expand_sizes(m.get("sizes", "1MiB"), err, _line(bench, defaults, "sizes"), f"{where}.sizes", budget)
     ints = {}
     for key, default in (("warmup", None), ("iters", None), ("timeout_s", 300), ("ranks_per_node", None)):
         v = m.get(key, default)
@@ -221,6 +236,12 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     for field_name, msg in fam.validate_bench(m):
         err.add(_line(bench, defaults, field_name.split(".")[0]), f"{where}.{field_name}", msg)
     if len(err.items) > n_err:
+        return []
+    axes = (host_groups, ranks_list, ops, backends, dtypes, timings, *env_lists.values(),
+            *param_lists.values(), sizes)
+    refusal = budget.take_cases(math.prod(len(a) for a in axes))   # counted before any Case is built
+    if refusal:
+        err.add(bench.line, where, refusal)
         return []
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
