@@ -184,10 +184,9 @@ def read_meta(path) -> dict:
     meta_path = Path(path) / "run.json"
     if not meta_path.is_file():
         return {}
-    try:
-        return json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunFolderError(f"cannot read {meta_path}: {exc}") from exc
+    from .check import read_meta_text   # check imports this module
+
+    return read_meta_text(meta_path)
 
 
 def _parse_line(line: bytes) -> dict | None:
