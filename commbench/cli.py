@@ -12,14 +12,15 @@ from .errors import CommbenchError
 
 
 class _Group(click.Group):
-    """Turns CommbenchError into a one-paragraph message and exit status 2, no traceback."""
+    """Turns CommbenchError into a one-paragraph message and its exit status (2: bad input), no
+    traceback."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except CommbenchError as exc:
             click.echo(f"commbench: error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(exc.exit_code)
 
 
 @click.group(cls=_Group)
@@ -82,6 +83,11 @@ def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool,
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
         sys.exit(130)
+    except OSError as exc:   # the run folder's filesystem failed mid-run (a full disk is StorageFull)
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"commbench: error: {where}{exc.strerror or exc}; the run stopped. Every Case stored so "
+                   "far is kept (continue with --resume)", err=True)
+        sys.exit(1)
     from .verdict import run_exit_status_all_ranks
 
     code, summary = run_exit_status_all_ranks(run_dir)

@@ -2,7 +2,9 @@
 
 
 class CommbenchError(Exception):
-    """Base class: the CLI prints the message (no traceback) and exits 2."""
+    """Base class: the CLI prints the message (no traceback) and exits with ``exit_code``."""
+
+    exit_code = 2   # bad input (DESIGN section 6)
 
 
 class SuiteError(CommbenchError):
@@ -15,6 +17,12 @@ class SkipCase(CommbenchError):
 
 class LaunchError(CommbenchError):
     """No launcher could start the ranks (no mpiexec/srun, bad settings)."""
+
+
+class StorageFull(CommbenchError):
+    """The run folder's disk (or quota) is full: the run stops, what was stored stays consistent."""
+
+    exit_code = 1   # not bad input: the run failed
 
 
 def preview(value, limit: int = 60, *, quote: bool = True) -> str:
