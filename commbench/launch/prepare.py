@@ -120,7 +120,8 @@ def base_meta(suite: Suite, started: str) -> dict:
 
     info = machine.collect()
     return {**info, "suite": suite.name, "suite_file": str(suite.path), "started_utc": started,
-            "command": sys.argv, "env": machine.filtered_env()}
+            "command": sys.argv, "env": machine.filtered_env(),
+            "env_withheld": machine.withheld_env()}   # names only: they look like credentials
 
 
 def record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[str]:
