@@ -28,7 +28,8 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str, budget: SuiteLim
             if lo > hi:
                 raise ValueError(f"min ({format_size(lo)}) is above max ({format_size(hi)})")
             if hi > MAX_SIZE_BYTES:
-                raise ValueError(f"max ({format_size(hi)}) is above {format_size(MAX_SIZE_BYTES)}")
+                raise ValueError(f"max ({format_size(hi)}) is above the largest size, {format_size(MAX_SIZE_BYTES)} "
+                                 "(no device holds more)")
             if "step" in spec:
                 step = parse_size(spec["step"])
                 if step <= 0:
@@ -54,7 +55,8 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str, budget: SuiteLim
         if not sizes:
             raise ValueError("no sizes given")
         if max(sizes) > MAX_SIZE_BYTES:
-            raise ValueError(f"{format_size(max(sizes))} is above {format_size(MAX_SIZE_BYTES)}")
+            raise ValueError(f"{format_size(max(sizes))} is above the largest size, {format_size(MAX_SIZE_BYTES)} "
+                             "(no device holds more)")
         if len(set(sizes)) != len(sizes):
             raise ValueError("the same size is listed twice")
         return sizes

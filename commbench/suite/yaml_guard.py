@@ -5,6 +5,7 @@ never unbounded memory, a RecursionError or a message that embeds the whole valu
 from __future__ import annotations
 
 import os
+import re
 
 import yaml
 
@@ -12,6 +13,8 @@ import yaml
 MAX_TEXT_BYTES = 1024 * 1024          # COMMBENCH_MAX_YAML_BYTES: a large suite is ~20 KiB
 MAX_NODES = 200_000                   # COMMBENCH_MAX_YAML_NODES: values after expanding aliases
 MAX_DEPTH = 64                        # a suite needs ~6 levels; deeper is not a suite
+MAX_NUMBER_CHARS = 1000               # Python refuses to convert integers of over 4300 digits
+_NUMBER = re.compile(r"[-+]?[0-9_.,:xXoObBeE]+")
 
 BYTES_VAR, NODES_VAR = "COMMBENCH_MAX_YAML_BYTES", "COMMBENCH_MAX_YAML_NODES"
 
@@ -73,6 +76,8 @@ def check_events(text: str) -> None:
                 sizes[anchor] = n
         elif isinstance(ev, yaml.ScalarEvent):
             n = 1
+            if ev.implicit[0] and len(ev.value) > MAX_NUMBER_CHARS and _NUMBER.fullmatch(ev.value):
+                raise YamlLimitError(line, f"a number of {len(ev.value)} characters")
             if ev.anchor:
                 sizes[ev.anchor] = 1
         elif isinstance(ev, yaml.AliasEvent):
