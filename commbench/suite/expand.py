@@ -153,7 +153,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     sizes = expand_sizes(m.get("sizes", "1MiB"), err, _line(bench, defaults, "sizes"), f"{where}.sizes", budget)
     ints = {}
     for key, default in (("warmup", None), ("iters", None), ("timeout_s", 300), ("ranks_per_node", None)):
-        v = m.get(key, default)
+        v = default if m.get(key) is None else m.get(key)   # `key: null` means the default
         kinds = (float, int) if key == "timeout_s" else (int,)
         if v is not None and (isinstance(v, bool) or not isinstance(v, kinds) or not math.isfinite(v)
                               or v < (1 if key != "warmup" else 0)):

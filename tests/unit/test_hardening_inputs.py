@@ -71,6 +71,7 @@ SUITES = {
     "huge key": (GOOD + "? " + "k" * 100000 + "\n: 1\n", ".yaml:5:", "unknown key"),
     "empty file": ("", "a suite is a mapping"),
     "duplicate key": (GOOD + "name: t\n", ".yaml:5:", "duplicate key"),
+    "null timeout and bad iters": (GOOD.replace("iters: 2", "iters: 2, timeout_s: null, warmup: -1"), "warmup"),
 }
 
 
