@@ -1,6 +1,7 @@
 """The `commbench` command: thin click commands over the modules that do the work."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,17 @@ class _Group(click.Group):
         except CommbenchError as exc:
             click.echo(f"commbench: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:   # noqa: BLE001 - the last line of defence: a message, never a traceback
+            if os.environ.get("COMMBENCH_DEBUG"):
+                raise
+            from .errors import preview
+
+            click.echo(f"commbench: error: unexpected {type(exc).__name__}: {preview(str(exc), 300, quote=False)} "
+                       "(this is a bug in commbench: rerun with COMMBENCH_DEBUG=1 for the traceback and report "
+                       "it with the input; rows already measured are in the run folder)", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=_Group)

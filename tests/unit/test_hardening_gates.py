@@ -86,6 +86,7 @@ def test_damaged_run_folders_are_refused(tmp_path, name, command):
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code == 2, result.output
     assert "commbench: error:" in result.output and len(result.output) < 2000
+    assert "this is a bug in commbench" not in result.output, result.output
     for n in needles:
         assert n in result.output, result.output
 

@@ -28,7 +28,7 @@ def invoke(args: list[str]):
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"{args}: traceback instead of a message: {result.exception!r}") from result.exception
     assert elapsed < 20, f"{args}: {elapsed:.1f} s"
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output and "this is a bug in commbench" not in result.output, result.output
     return result
 
 
@@ -176,3 +176,20 @@ def test_run_out_that_cannot_be_a_folder_is_refused(tmp_path, how):
     out = {"file/sub": tmp_path / "afile" / "sub", "dangling link": tmp_path / "link",
            "a file": tmp_path / "afile"}[how]
     assert_refused(invoke(["run", str(suite), "--out", str(out), "--quiet"]), str(out))
+
+
+def test_an_unexpected_error_is_one_message_not_a_traceback(tmp_path, monkeypatch):
+    """The last line of defence: a bug still ends in one paragraph (and the traceback on request)."""
+    import commbench.suite as suite_pkg
+
+    def broken(*args, **kwargs):
+        raise TypeError("x" * 10000)
+
+    monkeypatch.setattr(suite_pkg, "load_suite", broken)
+    path = tmp_path / "s.yaml"
+    path.write_text(GOOD)
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2 and "unexpected TypeError" in result.output
+    assert "COMMBENCH_DEBUG=1" in result.output and len(result.output) < 1000
+    monkeypatch.setenv("COMMBENCH_DEBUG", "1")
+    assert isinstance(CliRunner().invoke(cli, ["validate", str(path)]).exception, TypeError)
