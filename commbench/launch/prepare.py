@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import CommbenchError
 from ..families.base import Case
 from ..runfolder import RunFolder, RunFolderError, RunFolderExists, case_row, new_run_dir, read_meta
-from ..runfolder.writer import atomic_write
+from ..runfolder.writer import atomic_write, folder_name_part
 from ..suite import Suite
 
 DEFAULT_RESULTS = Path("results")
@@ -30,7 +30,7 @@ def settled_row(case: Case, status: str, reason: str, log: str, ranks: int) -> d
 def _latest_run_of(suite_name: str) -> Path:
     """The newest run folder under results/ whose run.json names this suite."""
     runs = []
-    for path in DEFAULT_RESULTS.glob(f"*-{suite_name}*"):
+    for path in DEFAULT_RESULTS.glob(f"*-{folder_name_part(suite_name)}*"):
         try:
             meta = read_meta(path) if path.is_dir() else {}
         except RunFolderError:

@@ -43,17 +43,26 @@ def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def folder_name_part(suite_name: str) -> str:
+    """The suite name as it appears in run folder names: letters, digits, - _ . (at most 80)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)[:80]
+
+
 def new_run_dir(base: Path, suite_name: str) -> Path:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)
-    Path(base).mkdir(parents=True, exist_ok=True)
+    safe = folder_name_part(suite_name)
     stamp, n = utc_stamp(), 1
-    while True:
-        path = Path(base) / (f"{stamp}-{safe}" if n == 1 else f"{stamp}-{safe}-{n}")
-        try:
-            path.mkdir()  # atomic claim: two runs started in the same second get different folders
-            return path
-        except FileExistsError:
-            n += 1
+    try:
+        Path(base).mkdir(parents=True, exist_ok=True)
+        while True:
+            path = Path(base) / (f"{stamp}-{safe}" if n == 1 else f"{stamp}-{safe}-{n}")
+            try:
+                path.mkdir()  # atomic claim: two runs started in the same second get different folders
+                return path
+            except FileExistsError:
+                n += 1
+    except OSError as exc:
+        raise RunFolderError(f"cannot create a run folder under {base}: {exc.strerror or exc} "
+                             f"(choose a folder with --out)") from None
 
 
 class RunFolder:
