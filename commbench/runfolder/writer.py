@@ -264,7 +264,8 @@ class RunFolder:
         results.jsonl, samples only of Cases with a final row, no temporary files left."""
         for tmp in self.path.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
-        self.rewrite_csv()
+        if (self.path / "results.jsonl").exists():
+            self.rewrite_csv()
         self.keep_samples(self.done_case_ids())
 
     # -- metadata --
