@@ -24,7 +24,7 @@ class _Group(click.Group):
             sys.exit(exc.exit_code)
         except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
             raise
-        except Exception as exc:   # noqa: BLE001 - the last line of defence: a message, never a traceback
+        except Exception as exc:   # the last line of defence: a message, never a traceback
             if os.environ.get("COMMBENCH_DEBUG"):
                 raise
             from .errors import preview

@@ -16,7 +16,7 @@ from array import array
 from pathlib import Path
 
 from ..errors import preview
-from .schema import COLUMNS, SAMPLE_COLUMNS, STATUSES
+from .schema import COLUMNS, STATUSES
 from .writer import RunFolderError
 
 MAX_FILE_BYTES = 256 * 1024 * 1024     # COMMBENCH_MAX_RUN_FILE_BYTES lifts it
@@ -80,7 +80,8 @@ def scan_csv(path: Path, text: str, required: tuple[str, ...]) -> array:
                 lines.append(start)
             start = reader.line_num + 1
     except csv.Error as exc:
-        raise RunFolderError(f"{path}:{reader.line_num}: not a CSV line ({preview(str(exc), 100, quote=False)})") from None
+        raise RunFolderError(f"{path}:{reader.line_num}: not a CSV line "
+                             f"({preview(str(exc), 100, quote=False)})") from None
     return lines
 
 

@@ -53,7 +53,8 @@ def test_long_sweeps_are_refused_before_they_are_built(tmp_path, sizes, points):
 def test_case_cap_counts_the_whole_suite_and_lifts_with_max_cases(tmp_path):
     # 3 ops x 20 sizes x 4 timings = 240 Cases per benchmark, two benchmarks
     text = """name: s
-defaults: {ranks: 2, warmup: 1, iters: 2, sizes: {min: 1KiB, max: 512MiB, factor: 2}, timing: [auto, events, pipelined, host]}
+defaults: {ranks: 2, warmup: 1, iters: 2, sizes: {min: 1KiB, max: 512MiB, factor: 2},
+           timing: [auto, events, pipelined, host]}
 benchmarks:
   - {name: a, family: collectives, backends: [mpi], ops: [all_reduce, broadcast, reduce]}
   - {name: b, family: collectives, backends: [gloo], ops: [all_reduce, broadcast, reduce]}
@@ -61,7 +62,7 @@ benchmarks:
     path = suite(tmp_path, "", text)
     assert len(load_suite(path, gpu_count=0).cases) == 480
     msg = refused(path, "more than 300 Cases", "--max-cases N", limits=SuiteLimits(max_cases=300))
-    assert "s.yaml:5:" in msg   # the benchmark that crosses the limit
+    assert "s.yaml:6:" in msg   # the benchmark that crosses the limit
     assert len(load_suite(path, gpu_count=0, limits=SuiteLimits(max_cases=480)).cases) == 480
 
 
@@ -89,7 +90,8 @@ def test_ranks_beyond_the_launcher_are_refused_unless_allowed(tmp_path, monkeypa
 
 
 def test_validate_flags_lift_the_limits(tmp_path):
-    path = suite(tmp_path, "", SUITE.format(extra="sizes: {min: 1, max: 64, step: 1}").replace("ranks: 2", "ranks: 9999"))
+    text = SUITE.format(extra="sizes: {min: 1, max: 64, step: 1}").replace("ranks: 2", "ranks: 9999")
+    path = suite(tmp_path, "", text)
     r = CliRunner().invoke(cli, ["validate", str(path)])
     assert r.exit_code == 2 and "--max-ranks" in r.output
     r = CliRunner().invoke(cli, ["validate", str(path), "--max-ranks", "9999", "--max-cases", "10"])

@@ -53,7 +53,8 @@ benchmarks:
 RULES_TEMPLATES = [
     (ROOT / "suites" / "acceptance-cpu.yaml").read_text(),
     """rules:
-  - {name: bw, select: {op: all_reduce, size_bytes: {min: 1KiB}}, metric: busbw_gbps, aggregate: min, op: '>=', value: 0}
+  - {name: bw, select: {op: all_reduce, size_bytes: {min: 1KiB}}, metric: busbw_gbps, aggregate: min,
+     op: '>=', value: 0}
   - {name: t, select: {backend: [mpi, gloo]}, metric: time_us, aggregate: median, op: '<=', value: 1e9, min_rows: 2}
 localize: {min_excess_pct: 10}
 require_all_ok: false
