@@ -4,6 +4,7 @@ Each command imports what it needs when it runs (rich, pandas, torch, matplotlib
 `commbench --help` and `validate` start in well under 0.2 s."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from .errors import CommbenchError
 
 
 class _Group(click.Group):
-    """Turns CommbenchError into a one-paragraph message and exit status 2, no traceback."""
+    """Turns CommbenchError into a one-paragraph message and its exit status (2: bad input), no
+    traceback."""
 
     def invoke(self, ctx):
         try:
@@ -23,6 +25,17 @@ class _Group(click.Group):
 
             if launcher_rank() in (None, 0):   # one message per job, not one per rank
                 click.echo(f"commbench: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:   # the last line of defence: a message, never a traceback
+            if os.environ.get("COMMBENCH_DEBUG"):
+                raise
+            from .errors import preview
+
+            click.echo(f"commbench: error: unexpected {type(exc).__name__}: {preview(str(exc), 300, quote=False)} "
+                       "(this is a bug in commbench: rerun with COMMBENCH_DEBUG=1 for the traceback and report "
+                       "it with the input; rows already measured are in the run folder)", err=True)
             sys.exit(2)
 
 
@@ -30,6 +43,22 @@ class _Group(click.Group):
 @click.version_option(package_name="commbench")
 def cli():
     """GPU communication benchmarks: NCCL, NVSHMEM, MPI, proxies, MoE, checked and plotted."""
+
+
+def _limit_options(fn):
+    """--max-cases and --max-ranks: lift the expansion limits (docs/suites.md, "Limits")."""
+    fn = click.option("--max-ranks", type=click.IntRange(min=1), default=None, metavar="N",
+                      help="allow launches of up to N ranks, beyond what the launcher can start "
+                           "(default: the CPUs/GPUs of this host, the MPI job or the Slurm allocation)")(fn)
+    # the default lives in suite/limits.py (not imported here: `--help` stays fast)
+    return click.option("--max-cases", type=click.IntRange(min=1), default=None, metavar="N",
+                        help="refuse a suite that expands to more than N Cases (default 20000)")(fn)
+
+
+def _limits(max_cases: int | None, max_ranks: int | None):
+    from .suite.limits import DEFAULT_MAX_CASES, SuiteLimits
+
+    return SuiteLimits(max_cases=max_cases or DEFAULT_MAX_CASES, max_ranks=max_ranks)
 
 
 @cli.command()
@@ -54,16 +83,19 @@ def cli():
               help="profile every benchmark's timed batch: torch (torch.profiler traces in traces/) or nccl "
                    "(commbench's NCCL profiler plugin: kernel_us, channels, algorithm, proxy steps); "
                    "the same as the suite key `profile` (docs/profiling.md)")
+@_limit_options
 def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, dry_run: bool, quiet: bool,
-        sets: tuple[str, ...], only: tuple[str, ...], profile: str | None):
+        sets: tuple[str, ...], only: tuple[str, ...], profile: str | None, max_cases: int | None,
+        max_ranks: int | None):
     """Run a suite: every Case measured, checked and stored in a run folder."""
     from .suite import load_suite, parse_overrides
 
     overrides = _with_only(parse_overrides(sets), only)
     if profile:
         overrides["profile"] = profile
+    limits = _limits(max_cases, max_ranks)
     if dry_run:
-        s = load_suite(suite, overrides=overrides)
+        s = load_suite(suite, overrides=overrides, limits=limits)
         _print_plan(s)
         return
     if force and not resume:
@@ -80,7 +112,7 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
 
     def run_one(suite_path, out_dir, again):
         return run_suite(suite_path, out_dir, resume=again, show_progress=not quiet, overrides=overrides,
-                         force=force)
+                         force=force, limits=limits)
 
     signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -94,6 +126,11 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
         sys.exit(130)
+    except OSError as exc:   # the run folder's filesystem failed mid-run (a full disk is StorageFull)
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"commbench: error: {where}{exc.strerror or exc}; the run stopped. Every Case stored so "
+                   "far is kept (continue with --resume)", err=True)
+        sys.exit(1)
     from .verdict import busy_warnings_all_ranks, run_exit_status_all_ranks
 
     from .world import launcher_rank
@@ -136,11 +173,13 @@ def _print_plan(s) -> None:
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="as for `run`")
 @click.option("--only", "only", multiple=True, metavar="BENCH", help="as for `run`")
-def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...]):
+@_limit_options
+def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...], max_cases: int | None,
+             max_ranks: int | None):
     """Check a suite file; print what it expands to. Exit 2 on any problem."""
     from .suite import load_suite, parse_overrides
 
-    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only))
+    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only), limits=_limits(max_cases, max_ranks))
     click.echo(f"{suite}: ok: {len(s.cases)} cases in {len(s.launches)} launch(es)")
 
 

@@ -5,6 +5,7 @@ and `run`'s start do not pay for them."""
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,11 +26,23 @@ def _write_both(doc, out: Path) -> tuple[Path, Path]:
 
     html_path, md_path = _twin_paths(out)
     if not html_path.parent.is_dir():
-        raise CommbenchError(f"output folder {html_path.parent} does not exist; create it or pick "
+        raise CommbenchError(f"output folder {html_path.parent} does not exist or is not a folder; create it or pick "
                              "another --out.")
-    html.write(doc, html_path)
-    markdown.write(doc, md_path)
+    with _writing(html_path):
+        html.write(doc, html_path)
+    with _writing(md_path):
+        markdown.write(doc, md_path)
     return html_path, md_path
+
+
+@contextmanager
+def _writing(path: Path):
+    """An output that cannot be written (read-only folder, a dangling link, a full disk) is a
+    one-line error, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise CommbenchError(f"cannot write {path}: {exc.strerror or exc}; pick another --out") from None
 
 
 @click.command("report")
@@ -110,7 +123,16 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
 
 
 def _suite_has_rules(path: Path) -> bool:
-    return path.is_file() and "rules" in path.read_text()
+    """A quick look for a 'rules' key (load_rules then reads the file properly and says what is
+    wrong with it); any bytes, however unreadable, give an answer, never an exception."""
+    try:
+        if not path.is_file():
+            return False
+        if path.stat().st_size > 16 * 1024 * 1024:
+            return True   # too large to be a suite: load_rules says so
+        return b"rules" in path.read_bytes()
+    except OSError:
+        return False
 
 
 @click.command("accept")
@@ -173,7 +195,8 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")
     if junit_path is not None:
-        junit_path.write_text(junit_xml(verdicts, ruleset.path.stem))
+        with _writing(junit_path):
+            junit_path.write_text(junit_xml(verdicts, ruleset.path.stem))
         click.echo(f"wrote {junit_path}")
     failed = sum(not v.passed for v in verdicts)
     click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed")

@@ -78,8 +78,9 @@ def check_job_shape(world, suite) -> None:
 
 
 def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool,
-                         overrides: dict | None = None, force: bool = False, show_progress: bool = True) -> Path:
-    suite = load_suite(suite_path, overrides=overrides)
+                         overrides: dict | None = None, force: bool = False, show_progress: bool = True,
+                         limits=None) -> Path:
+    suite = load_suite(suite_path, overrides=overrides, limits=limits)
     require_torch_for(suite)
     world = build_world()
     check_job_shape(world, suite)

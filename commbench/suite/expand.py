@@ -10,13 +10,16 @@ from ..families import all_families
 from ..families.base import Case, Family
 from ..launch.safety import suite_env_refusal
 from ..units import format_size, parse_size
+from .limits import MAX_SIZE_BYTES, SuiteLimits, factor_sweep_points
 from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, PROFILES, TIMINGS, SuiteErrors,
                      as_list)
 from .yaml_lines import LineDict
 
 
-def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
-    """Sizes from a single value, a list, or a {min, max, factor|step} sweep."""
+def expand_sizes(spec, err: SuiteErrors, line: int, where: str, budget: SuiteLimits | None = None) -> list[int]:
+    """Sizes from a single value, a list, or a {min, max, factor|step} sweep (a sweep longer than
+    ``budget`` allows is refused before it is built)."""
+    budget = budget or SuiteLimits()
     try:
         if isinstance(spec, dict):
             unknown = set(spec) - {"min", "max", "factor", "step"}
@@ -25,16 +28,25 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
             lo, hi = parse_size(spec.get("min", 0)), parse_size(spec["max"])
             if lo > hi:
                 raise ValueError(f"min ({format_size(lo)}) is above max ({format_size(hi)})")
+            if hi > MAX_SIZE_BYTES:
+                raise ValueError(f"max ({format_size(hi)}) is above the largest size, {format_size(MAX_SIZE_BYTES)} "
+                                 "(no device holds more)")
             if "step" in spec:
                 step = parse_size(spec["step"])
                 if step <= 0:
                     raise ValueError("step must be > 0")
+                refusal = budget.sizes_refusal(len(range(lo, hi + 1, step)))
+                if refusal:
+                    raise ValueError(refusal)
                 return list(range(lo, hi + 1, step))
             factor = spec.get("factor", 2)
             if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1:
                 raise ValueError(f"factor must be a number > 1, got {factor!r}")
             if lo <= 0:
                 raise ValueError("min must be > 0 for a factor sweep")
+            refusal = budget.sizes_refusal(factor_sweep_points(lo, hi, factor))
+            if refusal:
+                raise ValueError(refusal)
             out, s = [], float(lo)
             while s <= hi * (1 + 1e-9):
                 out.append(int(round(s)))
@@ -43,6 +55,9 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
         sizes = [parse_size(v) for v in as_list(spec)]
         if not sizes:
             raise ValueError("no sizes given")
+        if max(sizes) > MAX_SIZE_BYTES:
+            raise ValueError(f"{format_size(max(sizes))} is above the largest size, {format_size(MAX_SIZE_BYTES)} "
+                             "(no device holds more)")
         if len(set(sizes)) != len(sizes):
             raise ValueError("the same size is listed twice")
         return sizes
@@ -143,7 +158,7 @@ def _counts(b: _Bench) -> dict:
     """warmup, iters, timeout_s, ranks_per_node: None means the default."""
     out = {}
     for key, default in (("warmup", None), ("iters", None), ("timeout_s", 300), ("ranks_per_node", None)):
-        v = b.get(key, default)
+        v = default if b.get(key) is None else b.get(key)   # `key: null` means the default
         kinds = (float, int) if key == "timeout_s" else (int,)
         if v is not None and (isinstance(v, bool) or not isinstance(v, kinds) or not math.isfinite(v)
                               or v < (1 if key != "warmup" else 0)):
@@ -272,7 +287,8 @@ def _reject_values_that_never_run(b: _Bench, fam: Family, cases: list[Case]) -> 
 
 
 def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: str,
-                 err: SuiteErrors, gpu_count: int, seen_names: set) -> list[Case]:
+                 err: SuiteErrors, gpu_count: int, seen_names: set,
+                 budget: SuiteLimits | None = None) -> list[Case]:
     """The validated Cases of one benchmark; problems go to ``err`` (then no Case is returned)."""
     b = _Bench(bench, defaults, where, err)
     bname = _name(b, seen_names)
@@ -284,7 +300,8 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     ops = _choose(b, fam, "ops", fam.ops, list(fam.ops))
     backends = _choose(b, fam, "backends", fam.backends, list(fam.backends[:1]))
     dtypes = _choose(b, fam, "dtypes", fam.dtypes, [fam.default_dtype])
-    sizes = expand_sizes(b.get("sizes", "1MiB"), err, b.line("sizes"), f"{b.where}.sizes")
+    budget = budget or SuiteLimits()
+    sizes = expand_sizes(b.get("sizes", "1MiB"), err, b.line("sizes"), f"{b.where}.sizes", budget)
     counts = _counts(b)
     ranks_list = _ranks(b, gpu_count)
     host_groups = _host_groups(b)
@@ -293,6 +310,12 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     env_lists = _env_lists(b)
     param_lists = _param_lists(b, fam, ranks_list)
     if len(err.items) > n_err:
+        return []
+    axes = (host_groups, ranks_list, ops, backends, dtypes, timings, *env_lists.values(),
+            *param_lists.values(), sizes)
+    refusal = budget.take_cases(math.prod(len(a) for a in axes))   # counted before any Case is built
+    if refusal:
+        err.add(bench.line, b.where, refusal)
         return []
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]

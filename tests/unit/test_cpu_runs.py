@@ -213,7 +213,7 @@ def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):
     from commbench.runfolder import RunFolder
 
     folder = RunFolder(out)
-    row = dict(folder.rows()[0], status="ok", reason="")
+    row = dict(folder.rows()[0], status="ok", reason="", time_us=1.0, wrong=0)   # as a measured rerun
     folder.append_row(row)
     df = load(out)
     assert len(df) == 1 and df.status.iloc[0] == "ok"

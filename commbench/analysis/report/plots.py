@@ -8,9 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # never needs a display; safe on compute nodes and in CI
-import matplotlib.pyplot as plt
-import pandas as pd
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+# Labels carry user text (run folder names, env values such as `a$_$b`): never read it as math.
+matplotlib.rcParams["text.parse_math"] = False
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from commbench.units import format_size
 
