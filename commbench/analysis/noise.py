@@ -167,7 +167,8 @@ def standard_errors(changes, spreads, scale, residuals, within_var, curves) -> t
         local, source = np.zeros(n), "repeats"
     else:
         local = C_FEW_POINTS * s * k
-        source = f"assumed {C_FEW_POINTS:g}x the within-run spread (fewer than {MIN_POINTS_FOR_NULL} points, no repeats)"
+        source = (f"assumed {C_FEW_POINTS:g}x the within-run spread "
+                  f"(fewer than {MIN_POINTS_FOR_NULL} points, no repeats)")
     if not math.isnan(c_rep) and n >= MIN_POINTS_FOR_NULL:
         source += " and repeats"
     return [float(x) for x in np.maximum.reduce([local, rep, floor])], source

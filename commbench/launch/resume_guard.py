@@ -57,7 +57,8 @@ def differences(folder_path: Path, previous: dict, suite_path: Path, overrides: 
         if added:
             parts.append(f"new now: --set {_fmt(added)}")
         if changed:
-            parts.append("changed: " + ", ".join(f"--set {k}={a} before, {b} now" for k, (a, b) in sorted(changed.items())))
+            parts.append("changed: " + ", ".join(f"--set {k}={a} before, {b} now"
+                                                 for k, (a, b) in sorted(changed.items())))
         out.append("the --set overrides differ (" + "; ".join(parts) + ")")
     if sorted(only_before or []) != sorted(only_now or []):
         out.append(f"--only differs ({', '.join(only_before) if only_before else 'every benchmark'} before, "

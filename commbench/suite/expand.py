@@ -321,7 +321,8 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
     params = b.get("params", {}) or {}
-    explicit = frozenset(params if isinstance(params, dict) else ())  # written in the suite: presets never override these
+    # written in the suite: presets never override these
+    explicit = frozenset(params if isinstance(params, dict) else ())
     cases = []
     for hosts, (ranks, per_node), envv, op, backend, dtype, timing, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,

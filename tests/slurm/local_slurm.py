@@ -155,7 +155,7 @@ class LocalSlurm:
         return self
 
     def _spawn(self, name: str, argv: list[str], env: dict) -> None:
-        log = open(self.root / "log" / f"{name}.stdout", "w")  # noqa: SIM115 - closed with the process
+        log = open(self.root / "log" / f"{name}.stdout", "w")
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
 
@@ -195,7 +195,7 @@ class LocalSlurm:
                         pass
                     proc.wait(timeout=5)
 
-    def __enter__(self) -> LocalSlurm:  # noqa: PYI034 - start() returns self
+    def __enter__(self) -> LocalSlurm:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -224,8 +224,9 @@ class LocalSlurm:
             rec = self.job(job_id)
             if rec.get("JobState") in FINAL_STATES:
                 code, _, signal_no = rec.get("ExitCode", "1:0").partition(":")
-                return (int(code) if code.isdigit() and code != "0" else
-                        (128 + int(signal_no) if signal_no.isdigit() and signal_no != "0" else int(code or 1))), job_id, rec
+                status = (int(code) if code.isdigit() and code != "0" else
+                          (128 + int(signal_no) if signal_no.isdigit() and signal_no != "0" else int(code or 1)))
+                return status, job_id, rec
             time.sleep(0.5)
         self.client(["scancel", job_id], check=False)
         raise RuntimeError(f"job {job_id} still running after {timeout_s:.0f} s: {self.logs()}")

@@ -50,7 +50,8 @@ def test_summary_at_80_columns_keeps_op_names():
 
 
 class _Case:
-    bench, op, backend, dtype, size_bytes = "mpi-out-of-place-with-a-long-name", "reduce_scatter", "mpi", "float32", 4096
+    bench, op, backend = "mpi-out-of-place-with-a-long-name", "reduce_scatter", "mpi"
+    dtype, size_bytes = "float32", 4096
     variant = "NCCL_ALGO=Ring,NCCL_PROTO=Simple"
 
 

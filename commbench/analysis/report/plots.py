@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from commbench.units import format_size
+from commbench.units import format_size  # noqa: E402
 
 # Columns that may tell two curves of one op apart; only those that vary get into labels.
 LINE_COLUMNS = ("run", "family", "bench", "backend", "variant", "dtype", "in_place",
