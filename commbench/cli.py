@@ -4,6 +4,7 @@ Each command imports what it needs when it runs (rich, pandas, torch, matplotlib
 `commbench --help` and `validate` start in well under 0.2 s."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,13 +14,28 @@ from .errors import CommbenchError
 
 
 class _Group(click.Group):
-    """Turns CommbenchError into a one-paragraph message and exit status 2, no traceback."""
+    """Turns CommbenchError into a one-paragraph message and its exit status (2: bad input), no
+    traceback."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except CommbenchError as exc:
-            click.echo(f"commbench: error: {exc}", err=True)
+            from .world import launcher_rank
+
+            if launcher_rank() in (None, 0):   # one message per job, not one per rank
+                click.echo(f"commbench: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:   # the last line of defence: a message, never a traceback
+            if os.environ.get("COMMBENCH_DEBUG"):
+                raise
+            from .errors import preview
+
+            click.echo(f"commbench: error: unexpected {type(exc).__name__}: {preview(str(exc), 300, quote=False)} "
+                       "(this is a bug in commbench: rerun with COMMBENCH_DEBUG=1 for the traceback and report "
+                       "it with the input; rows already measured are in the run folder)", err=True)
             sys.exit(2)
 
 
@@ -29,11 +45,33 @@ def cli():
     """GPU communication benchmarks: NCCL, NVSHMEM, MPI, proxies, MoE, checked and plotted."""
 
 
+def _limit_options(fn):
+    """--max-cases and --max-ranks: lift the expansion limits (docs/suites.md, "Limits")."""
+    fn = click.option("--max-ranks", type=click.IntRange(min=1), default=None, metavar="N",
+                      help="allow launches of up to N ranks, beyond what the launcher can start "
+                           "(default: the CPUs/GPUs of this host, the MPI job or the Slurm allocation)")(fn)
+    # the default lives in suite/limits.py (not imported here: `--help` stays fast)
+    return click.option("--max-cases", type=click.IntRange(min=1), default=None, metavar="N",
+                        help="refuse a suite that expands to more than N Cases (default 20000)")(fn)
+
+
+def _limits(max_cases: int | None, max_ranks: int | None):
+    from .suite.limits import DEFAULT_MAX_CASES, SuiteLimits
+
+    return SuiteLimits(max_cases=max_cases or DEFAULT_MAX_CASES, max_ranks=max_ranks)
+
+
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="run folder (default results/<UTC time>-<suite name>)")
 @click.option("--resume", is_flag=True, help="continue the run folder, skipping Cases already finished")
+@click.option("--force", is_flag=True,
+              help="with --resume: continue even when the suite, --set or --only differ from the "
+                   "run folder's (run.json records both)")
+@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, metavar="N",
+              help="run the suite N times back to back into OUT/repeat-1 ... OUT/repeat-N; "
+                   "`compare` reads the folder and tells change from run-to-run noise")
 @click.option("--dry-run", is_flag=True, help="validate and print the Cases and launches; run nothing")
 @click.option("--quiet", is_flag=True, help="no live progress display")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -45,36 +83,64 @@ def cli():
               help="profile every benchmark's timed batch: torch (torch.profiler traces in traces/) or nccl "
                    "(commbench's NCCL profiler plugin: kernel_us, channels, algorithm, proxy steps); "
                    "the same as the suite key `profile` (docs/profiling.md)")
-def run(suite: Path, out: Path | None, resume: bool, dry_run: bool, quiet: bool, sets: tuple[str, ...],
-        only: tuple[str, ...], profile: str | None):
+@_limit_options
+def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, dry_run: bool, quiet: bool,
+        sets: tuple[str, ...], only: tuple[str, ...], profile: str | None, max_cases: int | None,
+        max_ranks: int | None):
     """Run a suite: every Case measured, checked and stored in a run folder."""
-    from .launch.orchestrate import run_suite
     from .suite import load_suite, parse_overrides
 
     overrides = _with_only(parse_overrides(sets), only)
     if profile:
         overrides["profile"] = profile
+    limits = _limits(max_cases, max_ranks)
     if dry_run:
-        s = load_suite(suite, overrides=overrides)
+        s = load_suite(suite, overrides=overrides, limits=limits)
         _print_plan(s)
         return
+    if force and not resume:
+        raise CommbenchError("--force only applies to --resume (it lets a resume mix settings).")
+    from .launch.extras import require_run_extras
+
+    require_run_extras()
     import signal
+
+    from .launch.orchestrate import run_suite
 
     def _terminate(signum, frame):  # a batch system's SIGTERM: stop like Ctrl-C
         raise KeyboardInterrupt
 
+    def run_one(suite_path, out_dir, again):
+        return run_suite(suite_path, out_dir, resume=again, show_progress=not quiet, overrides=overrides,
+                         force=force, limits=limits)
+
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        run_dir = run_suite(suite, out, resume=resume, show_progress=not quiet, overrides=overrides)
+        if repeat > 1:
+            from .launch.repeat import run_repeats
+
+            run_dirs = run_repeats(suite, out, repeat, resume=resume, force=force, run_one=run_one)
+        else:
+            run_dirs = [run_one(suite, out, resume)]
     except KeyboardInterrupt:
         click.echo("commbench: interrupted; every row measured so far is in the run folder "
                    "(continue with --resume)", err=True)
         sys.exit(130)
-    from .verdict import run_exit_status_all_ranks
+    except OSError as exc:   # the run folder's filesystem failed mid-run (a full disk is StorageFull)
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"commbench: error: {where}{exc.strerror or exc}; the run stopped. Every Case stored so "
+                   "far is kept (continue with --resume)", err=True)
+        sys.exit(1)
+    from .verdict import busy_warnings_all_ranks, run_exit_status_all_ranks
 
-    code, summary = run_exit_status_all_ranks(run_dir)
-    click.echo(f"run folder: {run_dir}")
-    click.echo(f"commbench: {summary}")
+    from .world import launcher_rank
+
+    code, summary = run_exit_status_all_ranks(run_dirs)
+    for warning in busy_warnings_all_ranks(run_dirs):
+        click.echo(f"commbench: warning: {warning}", err=True)
+    if launcher_rank() in (None, 0):   # inside an MPI job: one summary, from rank 0
+        click.echo(f"run folder: {run_dirs[0].parent if repeat > 1 else run_dirs[0]}")
+        click.echo(f"commbench: {summary}")
     sys.exit(code)
 
 
@@ -85,18 +151,21 @@ def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
 
 
 def _print_plan(s) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from .ui import make_console
+
+    console = make_console()
     table = Table(title=f"{s.name}: {len(s.cases)} cases in {len(s.launches)} launch(es)")
-    for col in ("launch", "ranks", "variant", "cases", "ops", "backends"):
-        table.add_column(col)
+    for col in ("launch", "ranks", "variant", "cases"):
+        table.add_column(col, overflow="fold")
+    table.add_column("ops", ratio=1)        # comma lists wrap between names, never inside one
+    table.add_column("backends", ratio=1)
     by_id = {c.case_id: c for c in s.cases}
     for l in s.launches:
         cs = [by_id[i] for i in l.case_ids]
         table.add_row(str(l.launch_id), str(l.ranks), l.variant, str(len(cs)),
-                      ",".join(dict.fromkeys(c.op for c in cs)), ",".join(dict.fromkeys(c.backend for c in cs)))
+                      ", ".join(dict.fromkeys(c.op for c in cs)), ", ".join(dict.fromkeys(c.backend for c in cs)))
     console.print(table)
 
 
@@ -104,28 +173,30 @@ def _print_plan(s) -> None:
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="as for `run`")
 @click.option("--only", "only", multiple=True, metavar="BENCH", help="as for `run`")
-def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...]):
+@_limit_options
+def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...], max_cases: int | None,
+             max_ranks: int | None):
     """Check a suite file; print what it expands to. Exit 2 on any problem."""
     from .suite import load_suite, parse_overrides
 
-    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only))
+    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only), limits=_limits(max_cases, max_ranks))
     click.echo(f"{suite}: ok: {len(s.cases)} cases in {len(s.launches)} launch(es)")
 
 
 @cli.command(name="list")
 def list_cmd():
     """Families, ops, backends, dtypes and every suite parameter with its help text."""
-    from rich.console import Console
     from rich.table import Table
 
     from .families import all_families
     from .suite import BENCH_KEYS, TOP_KEYS
+    from .ui import make_console, name_column
 
-    console = Console()
+    console = make_console()
     t = Table(title="suite keys")
-    t.add_column("key")
-    t.add_column("where")
-    t.add_column("meaning")
+    name_column(t, "key", [*TOP_KEYS, *BENCH_KEYS])
+    name_column(t, "where", ["top level", "benchmark / defaults"])
+    t.add_column("meaning", ratio=1)
     for k, h in TOP_KEYS.items():
         t.add_row(k, "top level", h)
     for k, h in BENCH_KEYS.items():
@@ -133,9 +204,11 @@ def list_cmd():
     console.print(t)
     for fam in all_families().values():
         ft = Table(title=f"family {fam.name}: {fam.summary}")
-        ft.add_column("what")
-        ft.add_column("values / default")
-        ft.add_column("help")
+        name_column(ft, "what", ["dtypes", *(f"params.{n}" for n in fam.params)])
+        # names listed here are typed into suites: wrap between them, never inside one
+        words = [*fam.ops, *fam.backends, *fam.dtypes, *(repr(p.default) for p in fam.params.values())]
+        ft.add_column("values / default", min_width=max(len(w) + 1 for w in words))
+        ft.add_column("help", ratio=1)
         ft.add_row("ops", ", ".join(fam.ops), "")
         ft.add_row("backends", ", ".join(fam.backends), "")
         ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")
@@ -148,9 +221,20 @@ def list_cmd():
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="print the raw JSON")
-def info(as_json: bool):
+@click.option("--srun-mpi", "srun_mpi", is_flag=True,
+              help="inside a Slurm allocation: print the `srun --mpi` plugin that starts this MPI's "
+                   "ranks (empty when none does; the reason goes to stderr)")
+def info(as_json: bool, srun_mpi: bool):
     """GPUs, driver, CUDA, torch, NCCL, NVSHMEM, MPI versions, multicast capability."""
     import json
+
+    if srun_mpi:
+        from .launch.srun import choose_mpi_plugin
+
+        plugin, why = choose_mpi_plugin()
+        click.echo(f"commbench: srun --mpi: {plugin or 'none works'} ({why})", err=True)
+        click.echo(plugin or "")
+        return
 
     from .sysinfo import machine
 
@@ -158,11 +242,10 @@ def info(as_json: bool):
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
-        from rich.console import Console
-
         from .sysinfo.view import format_info
+        from .ui import make_console
 
-        Console().print(format_info(data))
+        make_console().print(format_info(data))
 
 
 @cli.group(name="import")

@@ -35,7 +35,11 @@ def main(argv: list[str]) -> int:
     world = build_world()
     _arm_stack_dump(run_dir, task["launch_id"], world.rank)
     if world.size != task["ranks"]:
-        print(f"commbench: launch expected {task['ranks']} ranks, MPI started {world.size}", file=sys.stderr)
+        from .launch.inprocess import pmi_mismatch
+
+        print("commbench: " + (pmi_mismatch(world.size) or
+                               f"launch expected {task['ranks']} ranks, MPI started {world.size}"),
+              file=sys.stderr)
         return 3
     seen = world.comm.gather(active_kill_switches(_SWITCHES_AT_START), root=0)
     if world.is_root:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import preview
+
 _UNITS = {
     "": 1, "B": 1,
     "K": 1024, "KB": 1000, "KIB": 1024,
@@ -10,7 +12,9 @@ _UNITS = {
     "G": 1024**3, "GB": 1000**3, "GIB": 1024**3,
     "T": 1024**4, "TB": 1000**4, "TIB": 1024**4,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+# At most 15 digits before and 6 after the point: every size that fits a machine, and a float
+# converts it exactly (a longer string would overflow or round).
+_SIZE_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,6})?)\s*([A-Za-z]{0,3})\s*$")
 
 
 def parse_size(value) -> int:
@@ -19,16 +23,18 @@ def parse_size(value) -> int:
     Bare 'K', 'M', 'G' are binary (as in nccl-tests' -b/-e); 'KB', 'MB', 'GB' are decimal.
     """
     if isinstance(value, bool):
-        raise ValueError(f"expected a size such as '64KiB', got {value!r}")
+        raise ValueError(f"expected a size such as '64KiB', got {preview(value)}")
     if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size must be >= 0, got {value}")
+        if value < 0 or value >= 1 << 63:
+            raise ValueError(f"size must be >= 0 and below 2**63 bytes, got {preview(value)}")
         return value
     if not isinstance(value, str):
-        raise ValueError(f"expected a size such as '64KiB', got {value!r}")
+        raise ValueError(f"expected a size such as '64KiB', got {preview(value)}")
     m = _SIZE_RE.match(value)
     if not m or m.group(2).upper() not in _UNITS:
-        raise ValueError(f"bad size {value!r}: use a number with B, KiB, MiB, GiB (or KB, MB, GB)")
+        shown = repr(value) if len(value) <= 40 else repr(value[:40]) + "..."
+        raise ValueError(f"bad size {shown}: use a number (at most 15 digits) with B, KiB, MiB, GiB "
+                         f"(or KB, MB, GB)")
     num = float(m.group(1)) * _UNITS[m.group(2).upper()]
     if num != int(num):
         raise ValueError(f"size {value!r} is not a whole number of bytes")

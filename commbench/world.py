@@ -21,6 +21,47 @@ def inside_slurm_allocation() -> bool:
     return "SLURM_JOB_ID" in os.environ and not inside_mpi_job()
 
 
+def launcher_rank() -> int | None:
+    """This process's rank as its launcher numbered it (before MPI is up); None outside a job."""
+    for key in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        value = os.environ.get(key, "")
+        if value.isdigit() and (key != "SLURM_PROCID" or "SLURM_STEP_ID" in os.environ):
+            return int(value)
+    return None
+
+
+def slurm_step_tasks() -> int:
+    """Tasks srun started in this step (0 outside a Slurm step)."""
+    if "SLURM_STEP_ID" not in os.environ:
+        return 0
+    for key in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
+def _tasks_per_node(spec: str) -> list[int]:
+    """SLURM_TASKS_PER_NODE ("8(x2),4") -> [8, 8, 4]."""
+    out = []
+    for part in filter(None, spec.split(",")):
+        count, _, rep = part.partition("(x")
+        if count.isdigit():
+            out += [int(count)] * (int(rep.rstrip(")")) if rep.rstrip(")").isdigit() else 1)
+    return out
+
+
+def slurm_allocation_tasks() -> tuple[int, int | None]:
+    """(tasks of the Slurm job, tasks per node when every node has the same) or (0, None) outside one."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return 0, None
+    per_node = _tasks_per_node(os.environ.get("SLURM_TASKS_PER_NODE", ""))
+    same = per_node[0] if per_node and len(set(per_node)) == 1 else None
+    total = os.environ.get("SLURM_NTASKS", "")
+    if total.isdigit():
+        return int(total), same
+    return sum(per_node), same
+
+
 @dataclass(frozen=True)
 class World:
     rank: int

@@ -5,6 +5,7 @@ and `run`'s start do not pay for them."""
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,11 +26,23 @@ def _write_both(doc, out: Path) -> tuple[Path, Path]:
 
     html_path, md_path = _twin_paths(out)
     if not html_path.parent.is_dir():
-        raise CommbenchError(f"output folder {html_path.parent} does not exist; create it or pick "
+        raise CommbenchError(f"output folder {html_path.parent} does not exist or is not a folder; create it or pick "
                              "another --out.")
-    html.write(doc, html_path)
-    markdown.write(doc, md_path)
+    with _writing(html_path):
+        html.write(doc, html_path)
+    with _writing(md_path):
+        markdown.write(doc, md_path)
     return html_path, md_path
+
+
+@contextmanager
+def _writing(path: Path):
+    """An output that cannot be written (read-only folder, a dangling link, a full disk) is a
+    one-line error, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise CommbenchError(f"cannot write {path}: {exc.strerror or exc}; pick another --out") from None
 
 
 @click.command("report")
@@ -41,50 +54,85 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     """Build a self-contained HTML report and a Markdown twin from one or more run folders."""
     from ..runfolder.reader import load_run
     from .report.build import build_report
+    from .runsets import expand
 
-    loaded = [load_run(r) for r in runs]
+    folders = expand(runs)   # a folder of repeats counts as its runs
+    loaded = [load_run(r) for r in folders]
     if out is None:
-        out = runs[0] / "report.html" if len(runs) == 1 else Path("report.html")
+        out = folders[0] / "report.html" if len(folders) == 1 else Path("report.html")
     html_path, md_path = _write_both(build_report(loaded), out)
     click.echo(f"wrote {html_path} and {md_path}")
 
 
 @click.command("compare")
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("new", type=click.Path(path_type=Path))
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--threshold", "threshold_pct", type=float, default=5.0, show_default=True,
-              help="Smallest change of the median time, in percent, that counts as better/worse.")
+              help="Smallest change of the time, in percent, that counts as better/worse "
+                   "(the minimum effect size).")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
-              help="Significance level of the Mann-Whitney U test on per-iteration samples.")
+              help="Significance level, after the correction for comparing many points.")
+@click.option("--correction", type=click.Choice(["holm", "bh", "none"]), default="holm", show_default=True,
+              help="Correction for many points: Holm (family-wise), Benjamini-Hochberg (false "
+                   "discovery rate) or none.")
 @click.option("--fail-above", "fail_above_pct", type=float, default=None,
-              help="Exit with status 1 when any point is worse by more than PCT percent.")
+              help="Exit with status 1 when any point is worse by more than PCT percent, or a point "
+                   "of BASE is missing, not ok or not comparable in NEW; the failing points are listed.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="HTML file to write (a Markdown twin goes next to it). Default: print only.")
-def compare_cmd(base: Path, new: Path, threshold_pct: float, alpha: float,
+def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, correction: str,
                 fail_above_pct: float | None, out: Path | None) -> None:
-    """Compare run NEW against run BASE point by point (ratios NEW/BASE, significance, verdicts)."""
-    from ..runfolder.reader import load_run
-    from .compare import CompareSettings, compare_document, compare_runs, regressions, summarize
+    """Compare NEW against BASE point by point: `compare BASE NEW`, or several run folders per
+    side, `compare B1 B2 vs N1 N2`. A folder written by `run --repeat N` counts as its N runs.
+    Ratios are NEW/BASE; verdicts weigh each change against the point's noise."""
+    from ..sysinfo.load import describe
+    from .compare import (FAIL_COLUMNS, CompareSettings, compare_document, compare_runs, failing_points,
+                          noise_note, summarize)
     from .report import markdown
+    from .runsets import load_side, split_sides
 
     if threshold_pct < 0 or not 0 < alpha < 1:
         raise CommbenchError(f"--threshold must be >= 0 and --alpha in (0, 1); got {threshold_pct}, {alpha}.")
-    b, n = load_run(base), load_run(new)
-    settings = CompareSettings(threshold_pct=threshold_pct, alpha=alpha)
+    base_paths, new_paths = split_sides(runs)
+    b, n = load_side(base_paths), load_side(new_paths)
+    settings = CompareSettings(threshold_pct=threshold_pct, alpha=alpha, correction=correction)
     points = compare_runs(b, n, settings)
+    warnings = [w for w in (describe(str(r.path), r.meta) for r in b + n) if w]
     click.echo(markdown.table_md(summarize(points)) if not points.empty else "no points to compare")
+    if not points.empty:
+        click.echo(noise_note(points, settings))
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     if out is not None:
-        html_path, md_path = _write_both(compare_document(b, n, points, settings), out)
+        html_path, md_path = _write_both(compare_document(b, n, points, settings, warnings), out)
         click.echo(f"wrote {html_path} and {md_path}")
-    if fail_above_pct is not None and not points.empty:
-        bad = regressions(points, fail_above_pct)
-        if len(bad):
-            click.echo(f"{len(bad)} point(s) worse by more than {fail_above_pct:g}%", err=True)
-            sys.exit(1)
+    if fail_above_pct is None:
+        return
+    bad = failing_points(points, fail_above_pct)
+    comparable = int(points["verdict"].isin(["better", "worse", "unchanged"]).sum()) if len(points) else 0
+    if len(bad):
+        shown = [c for c in FAIL_COLUMNS if c in bad.columns]
+        click.echo(f"failing points ({len(bad)}):")
+        click.echo(markdown.table_md(bad[shown].reset_index(drop=True)))
+        click.echo(f"FAIL: {len(bad)} point(s) worse by more than {fail_above_pct:g}% or not comparable",
+                   err=True)
+        sys.exit(1)
+    if comparable == 0:
+        click.echo("FAIL: nothing comparable: NEW measured none of BASE's points", err=True)
+        sys.exit(1)
+    click.echo(f"PASS: {comparable} point(s) compared, none worse by more than {fail_above_pct:g}%")
 
 
 def _suite_has_rules(path: Path) -> bool:
-    return path.is_file() and "rules" in path.read_text()
+    """A quick look for a 'rules' key (load_rules then reads the file properly and says what is
+    wrong with it); any bytes, however unreadable, give an answer, never an exception."""
+    try:
+        if not path.is_file():
+            return False
+        if path.stat().st_size > 16 * 1024 * 1024:
+            return True   # too large to be a suite: load_rules says so
+        return b"rules" in path.read_bytes()
+    except OSError:
+        return False
 
 
 @click.command("accept")
@@ -131,7 +179,12 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
         except ImportError as exc:
             raise CommbenchError(f"cannot run suite {target} here ({exc}); run it with "
                                  "`commbench run` and pass the run folder to accept.") from None
-        run_dir = Path(run_suite(Path(target), out_dir=None))
+        try:
+            run_dir = Path(run_suite(Path(target), out_dir=None))
+        except KeyboardInterrupt:
+            click.echo("commbench: interrupted; every row measured so far is in the run folder",
+                       err=True)
+            sys.exit(130)
     else:
         raise CommbenchError(f"{target} is neither a run folder (with results.csv) nor a suite "
                              "YAML file.")
@@ -142,7 +195,8 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")
     if junit_path is not None:
-        junit_path.write_text(junit_xml(verdicts, ruleset.path.stem))
+        with _writing(junit_path):
+            junit_path.write_text(junit_xml(verdicts, ruleset.path.stem))
         click.echo(f"wrote {junit_path}")
     failed = sum(not v.passed for v in verdicts)
     click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed")

@@ -1,4 +1,8 @@
-"""Compare two runs point by point: ratios NEW/BASE, Mann-Whitney U on samples, verdicts."""
+"""Compare runs point by point: ratios NEW/BASE and verdicts that tell change from noise.
+
+Each side is one run folder or several (repeats). A point is better or worse only when its time
+changed by at least the threshold *and* the change stands out from the point's noise after a
+correction for testing every point at once (commbench.analysis.noise; docs/compare.md)."""
 from __future__ import annotations
 
 import math
@@ -10,6 +14,8 @@ import pandas as pd
 from commbench.runfolder.reader import Run, iteration_times
 from commbench.units import format_size
 
+from . import noise
+
 KEY = ["family", "op", "backend", "variant", "dtype", "size_bytes", "world_size"]
 # Optional columns that also tell points apart when both runs have them.
 KEY_OPTIONAL = ["in_place"]
@@ -18,38 +24,43 @@ KEY_OPTIONAL = ["in_place"]
 DISAMBIGUATE = ["timing"]
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_ALPHA = 0.05
-MIN_SAMPLES = 5  # fewer per side: the U test cannot reach p < 0.05, so do not claim significance
+DEFAULT_CORRECTION = "holm"
+UNSTABLE_PCT = 10.0   # a point whose samples or repeats spread wider than this is marked unstable
+# Verdicts. Only "worse" (beyond --fail-above) and "not comparable" fail `compare --fail-above`.
+VERDICTS = ("better", "worse", "unchanged", "not comparable", "skipped", "new")
+# The order in which a side reports a point that is not ok in some run.
+_BAD_ORDER = ("failed", "timeout", "wrong", "missing", "skipped")
 
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """threshold_pct: smallest time change that counts; alpha: significance level of the U test."""
+    """threshold_pct: smallest time change that counts (the minimum effect size); alpha: the
+    significance level after the correction for many points (holm, bh or none)."""
 
     threshold_pct: float = DEFAULT_THRESHOLD_PCT
     alpha: float = DEFAULT_ALPHA
+    correction: str = DEFAULT_CORRECTION
 
 
-def _keys(base: pd.DataFrame, new: pd.DataFrame) -> list[str]:
-    keys = [k for k in KEY if k in base.columns and k in new.columns]
-    keys += [k for k in KEY_OPTIONAL if k in base.columns and k in new.columns]
+def _as_side(side) -> list[Run]:
+    return list(side) if isinstance(side, (list, tuple)) else [side]
+
+
+def _keys(base: list[pd.DataFrame], new: list[pd.DataFrame]) -> list[str]:
+    frames = base + new
+    keys = [k for k in KEY if all(k in f.columns for f in frames)]
+    keys += [k for k in KEY_OPTIONAL if all(k in f.columns for f in frames)]
+
     def ambiguous() -> bool:
-        return base.duplicated(keys).any() or new.duplicated(keys).any()
+        return any(f.duplicated(keys).any() for f in frames)
 
     for col in DISAMBIGUATE:
-        if ambiguous() and col in base.columns and col in new.columns:
+        if ambiguous() and all(col in f.columns for f in frames):
             keys.append(col)
     # A parameter sweep can give several rows per key: the stable case_id then separates them.
-    if "case_id" in base.columns and "case_id" in new.columns and ambiguous():
+    if all("case_id" in f.columns for f in frames) and ambiguous():
         keys.append("case_id")
     return keys
-
-
-def _mann_whitney(a: np.ndarray, b: np.ndarray) -> float | None:
-    from scipy.stats import mannwhitneyu  # scipy only when comparing
-
-    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
-        return None
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
 def _samples_by_case(run: Run) -> dict[str, np.ndarray]:
@@ -57,53 +68,186 @@ def _samples_by_case(run: Run) -> dict[str, np.ndarray]:
     return {cid: g["time_us"].to_numpy(dtype=float) for cid, g in per_iter.groupby("case_id")}
 
 
-def _verdict(time_ratio, p_value, settings: CompareSettings) -> str:
-    change = abs(time_ratio - 1.0) * 100.0
-    if change < settings.threshold_pct:
-        return "unchanged"
-    if p_value is not None and p_value >= settings.alpha:
-        return "unchanged"  # the change is within the noise of the samples
-    return "worse" if time_ratio > 1.0 else "better"
+@dataclass
+class _SidePoint:
+    """One point on one side: per run (in order) its status, time, busbw and samples."""
+
+    statuses: list
+    times_us: list
+    busbw: list
+    samples: list
+
+    @property
+    def status(self) -> str:
+        bad = [s for s in self.statuses if s != "ok"]
+        if not bad:
+            return "ok"
+        return min(bad, key=lambda s: _BAD_ORDER.index(s) if s in _BAD_ORDER else -1)
 
 
-def compare_runs(base: Run, new: Run, settings: CompareSettings = CompareSettings()) -> pd.DataFrame:
-    """One row per point present in either run: ratios, p-value, verdict (and why)."""
-    keys = _keys(base.results, new.results)
-    merged = base.results.merge(new.results, on=keys, how="outer", suffixes=("_base", "_new"),
-                                indicator=True)
-    s_base, s_new = _samples_by_case(base), _samples_by_case(new)
-    out = []
-    for row in merged.to_dict("records"):
-        rec = {k: row[k] for k in keys if k != "case_id"}
+def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
+    points: dict[tuple, _SidePoint] = {}
+    for i, run in enumerate(runs):
+        samples = _samples_by_case(run)
+        cols = [c for c in ("status", "time_us", "busbw_gbps", "case_id") if c in run.results.columns]
+        for row in run.results[keys + [c for c in cols if c not in keys]].to_dict("records"):
+            key = tuple(_key_value(row[k]) for k in keys)
+            pt = points.setdefault(key, _SidePoint(["missing"] * len(runs), [math.nan] * len(runs),
+                                                   [math.nan] * len(runs), [None] * len(runs)))
+            pt.statuses[i] = str(row.get("status", "ok") or "ok")
+            pt.times_us[i] = _num(row.get("time_us"))
+            pt.busbw[i] = _num(row.get("busbw_gbps"))
+            pt.samples[i] = samples.get(str(row.get("case_id", "")))
+    return points
+
+
+def _key_value(value):
+    """NaN never equals itself: an empty key cell becomes None so both sides pair on it."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _num(value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def _gmean_list(values) -> float:
+    v = [x for x in values if x is not None and math.isfinite(x) and x > 0]
+    return float(np.exp(np.mean(np.log(v)))) if v else math.nan
+
+
+def _spread(pb: _SidePoint, pn: _SidePoint) -> float:
+    """The point's within-run spread s_j (robust sd of log samples), median over every run."""
+    w = [noise.log_spread(s) for s in pb.samples + pn.samples if s is not None]
+    w = [x for x in w if not math.isnan(x)]
+    return float(np.median(w)) if w else math.nan
+
+
+def _between_pct(p: _SidePoint) -> float:
+    t = [x for x in p.times_us if math.isfinite(x) and x > 0]
+    return 100.0 * (max(t) / min(t) - 1.0) if len(t) >= 2 else 0.0
+
+
+def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd.DataFrame:
+    """One row per point present in either side (a Run or a list of Runs): times (geometric mean
+    over a side's runs), ratios, noise, p-values, verdict and why."""
+    base_runs, new_runs = _as_side(base), _as_side(new)
+    keys = _keys([r.results for r in base_runs], [r.results for r in new_runs])
+    pb_all, pn_all = _side_points(base_runs, keys), _side_points(new_runs, keys)
+    order = list(pb_all) + [k for k in pn_all if k not in pb_all]
+    recs, comparable = [], []
+    for key in order:
+        rec = {k: v for k, v in zip(keys, key) if k != "case_id"}
         rec["size"] = format_size(int(rec["size_bytes"])) if "size_bytes" in rec else ""
-        rec.update(time_base_us=row.get("time_us_base"), time_new_us=row.get("time_us_new"),
-                   time_ratio=None, busbw_ratio=None, p_value=None, verdict="not comparable",
-                   why="")
-        if row["_merge"] != "both":
-            rec["why"] = "only in " + ("base" if row["_merge"] == "left_only" else "new")
-            out.append(rec)
+        rec.update(time_base_us=math.nan, time_new_us=math.nan, time_ratio=math.nan,
+                   busbw_ratio=math.nan, change_pct=math.nan, noise_pct=math.nan, p_value=math.nan,
+                   p_adjusted=math.nan, unstable=False, verdict="not comparable", why="")
+        pb, pn = pb_all.get(key), pn_all.get(key)
+        recs.append(rec)
+        if pb is None:
+            rec.update(verdict="new", why="only in new")
             continue
-        sb, sn = row.get("status_base", "ok"), row.get("status_new", "ok")
-        tb, tn = row.get("time_us_base"), row.get("time_us_new")
-        if sb != "ok" or sn != "ok":
+        if pn is None:
+            rec["why"] = "missing in new"
+            continue
+        rec["time_base_us"], rec["time_new_us"] = _gmean_list(pb.times_us), _gmean_list(pn.times_us)
+        sb, sn = pb.status, pn.status
+        if sb == sn == "skipped":
+            rec.update(verdict="skipped", why="skipped in both")
+        elif sb != "ok" or sn != "ok":
             rec["why"] = f"status base={sb} new={sn}"
-        elif not (tb and tn and tb > 0 and tn > 0) or math.isnan(tb) or math.isnan(tn):
+        elif any(not (t > 0) for t in pb.times_us + pn.times_us):
             rec["why"] = "no positive time"
         else:
-            rec["time_ratio"] = round(tn / tb, 4)
-            bb, bn = row.get("busbw_gbps_base"), row.get("busbw_gbps_new")
-            if bb and bn and bb > 0:
-                rec["busbw_ratio"] = round(bn / bb, 4)
-            cb = str(row.get("case_id_base", row.get("case_id", "")))
-            cn = str(row.get("case_id_new", row.get("case_id", "")))
-            a, b = s_base.get(cb), s_new.get(cn)
-            if a is not None and b is not None:
-                p = _mann_whitney(a, b)
-                rec["p_value"] = None if p is None else float(f"{p:.3g}")
-            rec["verdict"] = _verdict(rec["time_ratio"], rec["p_value"], settings)
-            rec["why"] = "" if rec["p_value"] is not None else "no samples: threshold only"
-        out.append(rec)
-    return pd.DataFrame(out)
+            comparable.append((rec, pb, pn))
+    _decide(comparable, settings)
+    return pd.DataFrame(recs)
+
+
+def _has_noise_info(pb: _SidePoint, pn: _SidePoint) -> bool:
+    return (any(x is not None and len(x) >= 3 for x in pb.samples + pn.samples)
+            or len(pb.times_us) > 1 or len(pn.times_us) > 1)
+
+
+def _threshold_only(comparable: list, settings: CompareSettings) -> None:
+    """Points with neither samples nor repeats (e.g. an imported nccl-tests table): nothing says
+    how noisy they are, so the threshold alone decides, and the row says so."""
+    for rec, pb, pn in comparable:
+        ratio = _gmean_list(pn.times_us) / _gmean_list(pb.times_us)
+        rec["time_ratio"] = round(ratio, 4)
+        bb, bn = _gmean_list(pb.busbw), _gmean_list(pn.busbw)
+        if bb > 0 and bn > 0:
+            rec["busbw_ratio"] = round(bn / bb, 4)
+        rec["change_pct"] = round(100.0 * (ratio - 1.0), 2)
+        big = abs(rec["change_pct"]) >= settings.threshold_pct
+        rec["verdict"] = ("worse" if ratio > 1.0 else "better") if big else "unchanged"
+        rec["why"] = "no samples or repeats: threshold only"
+
+
+def _decide(comparable: list, settings: CompareSettings) -> None:
+    """Fill ratios, noise, p-values and verdicts of the comparable points (all at once: the noise
+    estimate and the correction look at every point)."""
+    _threshold_only([c for c in comparable if not _has_noise_info(c[1], c[2])], settings)
+    comparable = [c for c in comparable if _has_noise_info(c[1], c[2])]
+    if not comparable:
+        return
+    spreads = [_spread(pb, pn) for _, pb, pn in comparable]
+    known = [s for s in spreads if not math.isnan(s)]
+    fallback = float(np.median(known)) if known else 1.0   # no samples anywhere: c carries the scale
+    spreads = [max(noise.SPREAD_FLOOR, fallback if math.isnan(s) else s) for s in spreads]
+    residuals, changes, scale, within_var = [], [], [], []
+    for (rec, pb, pn), s in zip(comparable, spreads):
+        lb, ln = np.log(pb.times_us), np.log(pn.times_us)
+        changes.append(float(ln.mean() - lb.mean()))
+        scale.append(math.sqrt(1 / len(lb) + 1 / len(ln)))
+        for logs in (lb, ln):
+            if len(logs) >= 2:
+                dof = math.sqrt(len(logs) / (len(logs) - 1))
+                residuals += [float(x - logs.mean()) / s * dof for x in logs]
+        within_var.append(sum(np.mean([noise.median_log_variance(x) if x is not None else 0.0
+                                       for x in side.samples]) / len(side.times_us) for side in (pb, pn)))
+    curves = [tuple(v for k, v in rec.items() if k not in ("size_bytes", "size")) for rec, _, _ in comparable]
+    errors, _source = noise.standard_errors(changes, spreads, scale, residuals, within_var, curves)
+    p_raw = []
+    for rec, d, se in zip((c[0] for c in comparable), changes, errors):
+        rec["_d"], rec["_se"] = d, se
+        p_raw.append(noise.two_sided_p(d / se) if se > 0 else 1.0)
+    p_adj = noise.adjust(p_raw, settings.correction)
+    z_detect = noise.detect_z(settings.alpha, len(comparable), settings.correction)
+    for (rec, pb, pn), s, p, pa in zip(comparable, spreads, p_raw, p_adj):
+        d, se = rec.pop("_d"), rec.pop("_se")
+        ratio = math.exp(d)
+        rec["time_ratio"] = round(ratio, 4)
+        bb, bn = _gmean_list(pb.busbw), _gmean_list(pn.busbw)
+        if bb > 0 and bn > 0:
+            rec["busbw_ratio"] = round(bn / bb, 4)
+        rec["change_pct"] = round(100.0 * (ratio - 1.0), 2)
+        rec["noise_pct"] = round(noise.detectable_pct(se, z_detect), 2)
+        rec["p_value"], rec["p_adjusted"] = float(f"{p:.3g}"), float(f"{pa:.3g}")
+        between = max(_between_pct(pb), _between_pct(pn))
+        rec["unstable"] = bool(100.0 * s > UNSTABLE_PCT or between > UNSTABLE_PCT)
+        big = abs(rec["change_pct"]) >= settings.threshold_pct
+        if big and pa < settings.alpha:
+            rec["verdict"] = "worse" if ratio > 1.0 else "better"
+        else:
+            rec["verdict"] = "unchanged"
+            if big:
+                rec["why"] = f"within the noise (noise floor {rec['noise_pct']:g}%)"
+        if rec["unstable"]:
+            why = f"unstable: spread {100.0 * s:.0f}% within runs" + (
+                f", {between:.0f}% between repeats" if between else "")
+            rec["why"] = f"{rec['why']}; {why}" if rec["why"] else why
+
+
+def noise_note(points: pd.DataFrame, settings: CompareSettings) -> str:
+    """One sentence on how the verdicts were decided (for the terminal and the report)."""
+    return (f"better/worse: time changed by >= {settings.threshold_pct:g}% and the change stands out "
+            f"from the point's noise ({settings.correction} correction over "
+            f"{int(points['p_value'].notna().sum()) if 'p_value' in points else 0} points, "
+            f"alpha {settings.alpha:g}); noise_pct is the smallest change a point shows reliably.")
 
 
 def _gmean(values: pd.Series) -> float | None:
@@ -120,7 +264,8 @@ def summarize(points: pd.DataFrame) -> pd.DataFrame:
         rows.append({"op": op, "points": len(g),
                      "gmean_time_ratio": _gmean(g["time_ratio"]),
                      "gmean_busbw_ratio": _gmean(g["busbw_ratio"]),
-                     **{v: int(counts.get(v, 0)) for v in ("better", "worse", "unchanged", "not comparable")}})
+                     **{v: int(counts.get(v, 0)) for v in ("better", "worse", "unchanged", "not comparable")},
+                     "unstable": int(g["unstable"].sum()) if "unstable" in g else 0})
     return pd.DataFrame(rows)
 
 
@@ -130,22 +275,40 @@ def regressions(points: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
     return worse[pd.to_numeric(worse["time_ratio"]) > 1.0 + fail_above_pct / 100.0]
 
 
-def compare_document(base: Run, new: Run, points: pd.DataFrame, settings: CompareSettings):
+def failing_points(points: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
+    """What fails `compare --fail-above`: points worse by more than the percentage, and every point
+    that could not be compared (missing in NEW, not ok on either side, no time). Points only in
+    NEW, or skipped on both sides, do not fail."""
+    if points.empty:
+        return points
+    worse = regressions(points, fail_above_pct)
+    lost = points[points["verdict"] == "not comparable"]
+    return pd.concat([worse, lost]).sort_index()
+
+
+FAIL_COLUMNS = ("op", "backend", "variant", "dtype", "in_place", "timing", "size", "change_pct",
+                "noise_pct", "verdict", "why")
+
+
+def compare_document(base, new, points: pd.DataFrame, settings: CompareSettings,
+                     warnings: list[str] | None = None):
     """The comparison as a Document (HTML and Markdown through commbench.analysis.report)."""
     from .report.document import Document
+    from .runsets import side_label
 
-    doc = Document(f"commbench compare: {base.label} -> {new.label}")
+    doc = Document(f"commbench compare: {side_label(_as_side(base))} -> {side_label(_as_side(new))}")
     sec = doc.section("Summary")
-    sec.text(f"Ratios are NEW/BASE (time < 1 and busbw > 1 are faster). A point is better or "
-             f"worse when its median time changed by at least {settings.threshold_pct}% and, where "
-             f"per-iteration samples exist, a two-sided Mann-Whitney U test on the slowest-rank "
-             f"iteration times gives p < {settings.alpha}; otherwise unchanged. Geometric means "
-             f"are over comparable points.")
+    for w in warnings or []:
+        sec.text(f"Warning: {w}")
+    sec.text("Ratios are NEW/BASE (time < 1 and busbw > 1 are faster); a side with several runs "
+             "counts the geometric mean of their median times. " + noise_note(points, settings)
+             + " Unstable points (samples or repeats spread over "
+             f"{UNSTABLE_PCT:g}%) are marked; geometric means are over comparable points.")
     sec.table(summarize(points), "no points")
     sec = doc.section("Points")
-    shown = [c for c in ("op", "backend", "variant", "dtype", "in_place", "world_size", "size",
-                         "time_base_us", "time_new_us", "time_ratio", "busbw_ratio", "p_value",
-                         "verdict", "why") if c in points.columns]
+    shown = [c for c in ("op", "backend", "variant", "dtype", "in_place", "world_size", "timing", "size",
+                         "time_base_us", "time_new_us", "time_ratio", "busbw_ratio", "noise_pct",
+                         "p_adjusted", "unstable", "verdict", "why") if c in points.columns]
     for op, g in points.groupby("op", sort=True):
         sec.sub(str(op)).table(g[shown].drop(columns=["op"]).reset_index(drop=True))
     return doc

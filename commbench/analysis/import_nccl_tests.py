@@ -219,11 +219,13 @@ def _joined(values) -> str | None:
 
 
 def build_meta(described: list[dict], envs: list[dict], files: list[Path], suite: str) -> dict:
-    from commbench.sysinfo.machine import filtered_env
+    from commbench.sysinfo.machine import filtered_env, withheld_env
 
     env: dict[str, str] = {}
+    withheld: set[str] = set()
     for e in envs:
         env.update(filtered_env(e))
+        withheld.update(withheld_env(e))
     return {
         "source": SOURCE, "suite": suite,
         "command": _joined(d["command"] for d in described),
@@ -235,6 +237,7 @@ def build_meta(described: list[dict], envs: list[dict], files: list[Path], suite
         "nccl": _joined(d["nccl"] for d in described),
         "nccl_tests_version": _joined(d["nccl_tests_version"] for d in described),
         "env": env,
+        "env_withheld": sorted(withheld),   # names only: they look like credentials
         "nccl_tests": described,
     }
 

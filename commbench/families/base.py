@@ -163,6 +163,7 @@ class Family:
     dtypes: tuple[str, ...] = ("float32",)
     default_dtype: str = "float32"
     needs_gpu: bool = True
+    needs_torch: bool = True   # False: runs without torch installed (`pip install commbench[mpi]`)
     # family-specific suite parameters (name -> Param); lists in a suite expand to cross products
     params: dict[str, Param] = {}
 

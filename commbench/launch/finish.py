@@ -15,7 +15,7 @@ def finish(folder: RunFolder, console) -> None:
         try:
             from ..analysis.report.plots import write_run_plots
 
-            plots = write_run_plots(df, folder.path / "plots")
+            plots = write_run_plots(df, folder.path / "plots", folder.read_meta())
         except ImportError:
             plots = []
     print_summary(console, df, folder.path, plots)
@@ -27,6 +27,6 @@ def finish(folder: RunFolder, console) -> None:
 
 
 def _stderr_console():
-    from rich.console import Console
+    from ..ui import make_console
 
-    return Console()
+    return make_console()

@@ -16,28 +16,24 @@ from ..errors import CommbenchError
 from ..runfolder import RunFolder
 from ..measure.runner import Progress, run_cases
 from ..suite import load_suite
-from ..world import build_world
+from ..world import build_world, slurm_step_tasks
+from .extras import require_torch_for
 from .finish import finish
-from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, profile_env, record_unsupported,
-                      resume_meta, settled_row, write_plan)
+from .prepare import close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row
 from .safety import launch_env
 
 LOG = "logs/inprocess.log"
 
 
 def _root_prepares(world, suite, out_dir: Path | None, resume: bool,
-                   overrides: dict | None = None) -> RunFolder:
+                   overrides: dict | None = None, force: bool = False) -> RunFolder:
     """Rank 0 creates the folder; every rank gets its path or the same error (never a hang)."""
     result = None
     if world.is_root:
         try:
             folder = prepare_folder(suite, out_dir, resume)
-            write_plan(folder, suite, resume=resume)
-            previous = folder.read_meta() if resume else {}
-            started = now_utc()
-            meta = base_meta(suite, started)
-            overrides_meta(meta, previous, overrides)
-            resume_meta(meta, previous, started)
+            meta = open_meta(folder, suite, resume=resume, overrides=overrides, force=force,
+                             own_ranks=world.local_size)
             meta["hosts"] = sorted(set(world.hosts))
             folder.write_meta(meta)
             result = ("ok", str(folder.path))
@@ -49,17 +45,61 @@ def _root_prepares(world, suite, out_dir: Path | None, resume: bool,
     return RunFolder(Path(value))
 
 
+def pmi_mismatch(world_size: int) -> str | None:
+    """The one message for tasks that srun started without a PMI their MPI speaks."""
+    tasks = slurm_step_tasks()
+    if world_size != 1 or tasks <= 1:
+        return None
+    from .srun import mpi_library, pmi_preference
+
+    library = (mpi_library() or "the MPI that mpi4py uses").split(",")[0]
+    speaks = pmi_preference(library)
+    used = os.environ.get("SLURM_MPI_TYPE") or "the site's MpiDefault"
+    return (f"srun started {tasks} tasks, but each sees an MPI world of 1: srun's PMI ({used}) is "
+            f"not one {library} speaks ({', '.join(speaks)}). Start them with `srun --mpi={speaks[0]}` "
+            f"(or export SLURM_MPI_TYPE={speaks[0]}; `srun --mpi=list` shows what this Slurm has, "
+            f"`commbench info --srun-mpi` the one that works here), or run commbench once inside the "
+            f"allocation without srun so it starts the ranks itself (slurm/README.md).")
+
+
+def check_job_shape(world, suite) -> None:
+    """Stop at start, on every rank with the same message, when this job cannot run the suite:
+    a PMI mismatch, or no launch group whose rank count is the job's size."""
+    problem = pmi_mismatch(world.size)
+    if problem is None and suite.launches and all(l.ranks != world.size for l in suite.launches):
+        wanted = sorted({l.ranks for l in suite.launches})
+        problem = (f"this MPI job has {world.size} rank(s) and suite {suite.path} asks for "
+                   f"{', '.join(map(str, wanted))}: nothing could run. Start it with "
+                   f"{wanted[0]} ranks (srun -n / mpiexec -n), set `ranks:` to the job's size (`ranks: "
+                   f"all` means every task of the allocation), or run commbench outside the job's "
+                   f"steps so it starts each launch group with its own rank count.")
+    if problem:
+        raise CommbenchError(problem)
+
+
 def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool,
-                         overrides: dict | None = None) -> Path:
+                         overrides: dict | None = None, force: bool = False, show_progress: bool = True,
+                         limits=None) -> Path:
+    suite = load_suite(suite_path, overrides=overrides, limits=limits)
+    require_torch_for(suite)
     world = build_world()
-    suite = load_suite(suite_path, overrides=overrides)
-    folder = _root_prepares(world, suite, out_dir, resume, overrides)
+    check_job_shape(world, suite)
+    folder = _root_prepares(world, suite, out_dir, resume, overrides, force)
     done = set()
     if world.is_root:
         done = folder.done_case_ids() if resume else set()
         done |= record_unsupported(folder, suite, done)
     done = world.bcast(done)
     by_id = {c.case_id: c for c in suite.cases}
+    lines = None
+    if world.is_root and show_progress:   # batch logs: one line per Case, from rank 0
+        from ..ui import CaseLines, describe_case
+
+        lines = CaseLines(sum(cid not in done for l in suite.launches if l.ranks == world.size
+                              for cid in l.case_ids))
+
+        def on_row(row: dict) -> None:
+            lines.case_done(describe_case(by_id[row["case_id"]]), str(row.get("status")))
     measured_env = None
     for launch in suite.launches:
         cases = [by_id[cid] for cid in launch.case_ids if cid not in done]
@@ -84,14 +124,15 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         os.environ.clear()
         os.environ.update(launch_env(folder.path, {**dict(launch.env), **profile_env(folder, launch)}, allow_mc))
         try:
-            run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"))
+            run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"),
+                      on_row=on_row if lines is not None else None)
         finally:
             os.environ.clear()
             os.environ.update(saved)
-    world.barrier()
+    pids = set(world.allgather(os.getpid()))   # our own ranks are not "other GPU processes"
     if world.is_root:
         meta = folder.read_meta()
-        meta["finished_utc"] = now_utc()
+        close_meta(meta, exclude_pids=pids)
         folder.write_meta(meta)
         finish(folder, None)
     return folder.path

@@ -1,5 +1,7 @@
-"""The argv that starts a launch's ranks: srun inside a Slurm allocation, else the mpiexec that
-belongs to the installed mpi4py. Argv lists only, never a shell string."""
+"""The argv that starts a launch's ranks: srun inside a Slurm allocation (with the `--mpi` plugin
+this MPI speaks and the allocation's `--cpus-per-task`, see launch/srun.py), else the mpiexec that
+belongs to the installed mpi4py (also inside an allocation whose srun cannot start this MPI).
+Argv lists only, never a shell string."""
 from __future__ import annotations
 
 import os
@@ -47,11 +49,15 @@ def launcher_argv(ranks: int, ranks_per_node: int, env_keys: list[str],
                   hosts: tuple[str, ...] = ()) -> list[str]:
     """argv prefix that starts ``ranks`` processes, one per GPU slot (on ``hosts`` when named)."""
     if inside_slurm_allocation() and shutil.which("srun"):
-        argv = ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks_per_node}",
-                "--kill-on-bad-exit=1", "--export=ALL"]
-        if hosts:
-            argv += [f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}"]
-        return argv
+        from .srun import choose_mpi_plugin, cpus_per_task_args
+
+        plugin, _why = choose_mpi_plugin()
+        if plugin is not None:   # else srun cannot start this MPI: its own mpiexec uses the allocation
+            argv = ["srun", f"--ntasks={ranks}", f"--ntasks-per-node={ranks_per_node}",
+                    "--kill-on-bad-exit=1", "--export=ALL", f"--mpi={plugin}", *cpus_per_task_args()]
+            if hosts:
+                argv += [f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}"]
+            return argv
     mpiexec = find_mpiexec()
     argv = [mpiexec, "-n", str(ranks)]
     if hosts and not _is_open_mpi(mpiexec):

@@ -4,13 +4,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..errors import StorageFull
 from ..runfolder import RunFolder
+from ..runfolder.writer import STORAGE_FULL_EXIT
 from ..suite import load_suite
 from ..world import inside_mpi_job
+from .extras import require_torch_for
 from .failure_hosts import on_hosts
 from .finish import finish
-from .prepare import (base_meta, now_utc, overrides_meta, prepare_folder, profile_env, record_unsupported,
-                      resume_meta, settled_row, write_plan)
+from .prepare import close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row
 from .supervise import run_launch
 
 
@@ -24,24 +26,33 @@ def _log_tail(path: Path, lines: int = 6) -> str:
 
 
 def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = False,
-              console=None, show_progress: bool = True, overrides: dict | None = None) -> Path:
+              console=None, show_progress: bool = True, overrides: dict | None = None,
+              force: bool = False, limits=None) -> Path:
     """Run every Case of a suite; return the run folder. Used by `run` and `accept`.
 
-    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded."""
+    ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded.
+    ``force`` lets a --resume continue with settings that differ from the folder's.
+    ``limits`` (a suite.limits.SuiteLimits: `--max-cases`, `--max-ranks`) bound the expansion."""
     if inside_mpi_job():
         from .inprocess import run_suite_inside_mpi
 
-        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides)
+        return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides,
+                                    force=force, show_progress=show_progress, limits=limits)
+    suite = load_suite(suite_path, overrides=overrides, limits=limits)
+    require_torch_for(suite)
+    folder = prepare_folder(suite, out_dir, resume)
+    try:
+        return _run_locked(suite, folder, resume, console, show_progress, overrides, force)
+    finally:
+        folder.release()
+
+
+def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: bool,
+                overrides: dict | None, force: bool) -> Path:
     from ..ui import RunDisplay
 
-    suite = load_suite(suite_path, overrides=overrides)
-    folder = prepare_folder(suite, out_dir, resume)
-    write_plan(folder, suite, resume=resume)
-    started = now_utc()
-    previous = folder.read_meta() if resume else {}
-    meta = base_meta(suite, started)
-    overrides_meta(meta, previous, overrides)
-    resume_meta(meta, previous, started)
+    meta = open_meta(folder, suite, resume=resume, overrides=overrides, force=force,
+                     own_ranks=max((l.ranks_per_node for l in suite.launches), default=0))
     folder.write_meta(meta)
     by_id = {c.case_id: c for c in suite.cases}
     done = folder.done_case_ids() if resume else set()
@@ -55,7 +66,7 @@ def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = F
                 continue
             meta["launches"].append(_run_group(folder, launch, pending, by_id, display))
             folder.write_meta(meta)
-    meta["finished_utc"] = now_utc()
+    close_meta(meta)
     _merge_hosts(folder, meta)
     folder.write_meta(meta)
     finish(folder, console)
@@ -76,10 +87,18 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         timeouts = {cid: by_id[cid].timeout_s for cid in pending}
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
         out = run_launch(folder.path, task, {**dict(launch.env), **profile_env(folder, launch)}, timeouts,
-                         on_event=display.event, allow_multicast=allow_mc)
+                         on_event=display.event, allow_multicast=allow_mc, keep_fds=folder.lock_fds())
         record["wall_s"] += out.wall_s
+        if out.returncode == STORAGE_FULL_EXIT:   # rank 0 could not store a Case: the disk is full
+            folder.rewrite_csv()
+            raise StorageFull(f"the disk of {folder.path} is full (rank 0 could not store a Case, log {log}); "
+                              f"the run stopped. Every Case stored before is kept and the folder is "
+                              f"consistent: free space, then continue with `commbench run SUITE --resume "
+                              f"--out {folder.path}`")
         finished = set(out.finished)
         killed = out.timed_out_case or out.crashed_case
+        if killed:   # samples stay only for Cases whose row landed (none cut mid-line by the kill)
+            folder.keep_samples(folder.done_case_ids())
         victim = killed
         if victim and victim in folder.done_case_ids():
             finished.add(victim)  # its row landed just before the kill: keep the measurement

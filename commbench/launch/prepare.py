@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from ..errors import CommbenchError
 from ..families.base import Case
 from ..runfolder import RunFolder, RunFolderError, RunFolderExists, case_row, new_run_dir, read_meta
+from ..runfolder.writer import atomic_write, folder_name_part
 from ..suite import Suite
 
 DEFAULT_RESULTS = Path("results")
@@ -30,7 +30,7 @@ def settled_row(case: Case, status: str, reason: str, log: str, ranks: int) -> d
 def _latest_run_of(suite_name: str) -> Path:
     """The newest run folder under results/ whose run.json names this suite."""
     runs = []
-    for path in DEFAULT_RESULTS.glob(f"*-{suite_name}*"):
+    for path in DEFAULT_RESULTS.glob(f"*-{folder_name_part(suite_name)}*"):
         try:
             meta = read_meta(path) if path.is_dir() else {}
         except RunFolderError:
@@ -51,15 +51,19 @@ def prepare_folder(suite: Suite, out_dir: Path | None, resume: bool) -> RunFolde
             out_dir = new_run_dir(DEFAULT_RESULTS, suite.name)
     folder = RunFolder(out_dir)
     try:
-        folder.create(resume=resume)
+        folder.claim(resume=resume)   # the one writer of this folder until the run ends
     except RunFolderExists as exc:
         raise CommbenchError(str(exc)) from None
+    if resume:
+        folder.repair()   # what a crash or a full disk left half done
     return folder
 
 
 def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None:
     """plan.json: every Case and launch; a --resume (perhaps with other --only) adds to it."""
-    shutil.copyfile(suite.path, folder.path / "suite.yaml")
+    copy = folder.path / "suite.yaml"
+    if not (copy.exists() and os.path.samefile(suite.path, copy)):   # `--resume RUN/suite.yaml`
+        atomic_write(copy, Path(suite.path).read_bytes())
     cases = {c.case_id: c.to_json() for c in suite.cases}
     launches = {l.launch_id: {"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
                               "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
@@ -67,46 +71,86 @@ def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None
                 for l in suite.launches}
     path = folder.path / "plan.json"
     if resume and path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, ValueError):
-            old = {}
-        for item in old.get("cases", []):
+        for item in _earlier_plan(path, "cases", ("case_id", "case")):
             cases.setdefault(item["case_id"], item["case"])
-        for item in old.get("launches", []):
+        for item in _earlier_plan(path, "launches", ("launch_id", "case_ids")):
             new = launches.setdefault(item["launch_id"], item)
-            if new is not item:
+            if new is not item and isinstance(item["case_ids"], list):
                 new["case_ids"] = list(dict.fromkeys(item["case_ids"] + new["case_ids"]))
     plan = {"suite": suite.name,
             "cases": [{"case_id": cid, "case": case} for cid, case in cases.items()],
             "launches": [launches[k] for k in sorted(launches)]}
-    tmp = folder.path / ".plan.json.tmp"
-    tmp.write_text(json.dumps(plan, indent=1))
-    os.replace(tmp, path)   # an interrupted write must not lose the earlier plan
+    atomic_write(path, json.dumps(plan, indent=1).encode())   # an interrupted write keeps the earlier plan
+
+
+def _earlier_plan(path: Path, key: str, fields: tuple[str, ...]) -> list[dict]:
+    """The entries of an earlier plan.json worth keeping (a damaged file keeps nothing)."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return []
+    items = old.get(key) if isinstance(old, dict) else None
+    return [i for i in items if isinstance(i, dict) and all(f in i for f in fields)
+            and isinstance(i[fields[0]], (str, int))] if isinstance(items, list) else []
+
+
+def _list(value) -> list:
+    """A list kept from an earlier run.json (anything else there is dropped, not trusted)."""
+    return list(value) if isinstance(value, list) else []
 
 
 def resume_meta(meta: dict, previous: dict, started: str) -> None:
     """run.json of a --resume keeps the first start, adds this one, and keeps earlier launches."""
-    meta["launches"] = list(previous.get("launches", []))
+    meta["launches"] = _list(previous.get("launches"))
     if previous:
         meta["started_utc"] = previous.get("started_utc", started)
-        meta["resumed_utc"] = previous.get("resumed_utc", []) + [started]
+        meta["resumed_utc"] = _list(previous.get("resumed_utc")) + [started]
 
 
 def overrides_meta(meta: dict, previous: dict, overrides: dict | None) -> None:
     """run.json: this call's `--set`/`--only` as ``overrides``; earlier calls' in ``earlier_overrides``."""
     meta["overrides"] = dict(overrides or {})
     if previous:
-        meta["earlier_overrides"] = (list(previous.get("earlier_overrides", []))
+        meta["earlier_overrides"] = (_list(previous.get("earlier_overrides"))
                                      + [previous.get("overrides", {})])
 
 
 def base_meta(suite: Suite, started: str) -> dict:
     from ..sysinfo import machine
+    from .resume_guard import file_sha256
 
     info = machine.collect()
-    return {**info, "suite": suite.name, "suite_file": str(suite.path), "started_utc": started,
-            "command": sys.argv, "env": machine.filtered_env()}
+    return {**info, "suite": suite.name, "suite_file": str(suite.path), "suite_sha256": file_sha256(suite.path),
+            "started_utc": started, "command": sys.argv, "env": machine.filtered_env(),
+            "env_withheld": machine.withheld_env()}   # names only: they look like credentials
+
+
+def open_meta(folder: RunFolder, suite: Suite, *, resume: bool, overrides: dict | None, force: bool,
+              own_ranks: int) -> dict:
+    """run.json at the start of a run: refuses a --resume whose settings differ (unless ``force``),
+    writes plan.json and the suite copy, records overrides, resumes and the machine's load."""
+    from ..sysinfo.load import snapshot
+    from .resume_guard import guard
+
+    started = now_utc()
+    previous = folder.read_meta() if resume else {}
+    forced = guard(folder.path, previous, suite.path, overrides, force, started) if previous else None
+    write_plan(folder, suite, resume=resume)
+    meta = base_meta(suite, started)
+    overrides_meta(meta, previous, overrides)
+    resume_meta(meta, previous, started)
+    if previous.get("forced_resumes") or forced:
+        meta["forced_resumes"] = list(previous.get("forced_resumes", [])) + ([forced] if forced else [])
+    meta["machine_load"] = {"before": snapshot(), "own_ranks": own_ranks}
+    return meta
+
+
+def close_meta(meta: dict, exclude_pids: set[int] | None = None) -> None:
+    """run.json at the end: the finish time and the machine's load after the run."""
+    from ..sysinfo.load import snapshot
+
+    meta["finished_utc"] = now_utc()
+    meta.setdefault("machine_load", {})["after"] = snapshot(exclude_pids)
 
 
 def record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[str]:

@@ -88,16 +88,20 @@ SUITE_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "UCX_", "CUDA_", "OMPI_MCA_", "PMIX_M
                       "TORCH_SYMM_MEM_", "GLOO_", "COMMBENCH_")
 # Names under those prefixes that load code or pick files: plugins, libraries, toolkits, injection,
 # config files, launch agents, and commbench's own internal paths.
+# ENV: Open MPI's mca_base_env_list sets any variable (LD_PRELOAD too) in every rank; ARGS, CMD,
+# EXEC, SCRIPT: options and commands handed to ssh or a launch agent.
 _CODE_LOADING = re.compile(r"PLUGIN|PRELOAD|INJECTION|LIB|PATH|HOME|ROOT|_DIR|CONF_FILE|AGENT|PREFIX|"
-                           r"PARAM_FILE|KERNELS|JIT_CACHE|^COMMBENCH_RUN|^COMMBENCH_LOG|^COMMBENCH_KILL")
+                           r"PARAM_FILE|KERNELS|JIT_CACHE|ENV|ARGS|CMD|COMMAND|EXEC|SCRIPT|"
+                           r"^COMMBENCH_RUN|^COMMBENCH_LOG|^COMMBENCH_KILL")
 
 
 def suite_env_refusal(name: str) -> str | None:
     """Why a suite may not set ``name`` (None when it may). The message says what to do instead."""
     upper = name.upper()
-    if not upper.startswith(SUITE_ENV_PREFIXES):
+    if not name.startswith(SUITE_ENV_PREFIXES):   # names are case-sensitive: nccl_algo is not NCCL_ALGO
         return (f"{name} is not a communication-stack variable; a suite may set only variables starting "
-                f"with {', '.join(SUITE_ENV_PREFIXES)} (set others in the environment commbench starts in)")
+                f"with {', '.join(SUITE_ENV_PREFIXES)} (case matters; set others in the environment "
+                f"commbench starts in)")
     if _CODE_LOADING.search(upper):
         return (f"{name} chooses code or files that every rank loads (a plugin, library, path or agent); "
                 f"a suite may not set it: set it in the environment commbench starts in")

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runfolder.writer import storage_marks, truncate_to
 from .mpiexec import launcher_argv
 from .safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
@@ -44,8 +45,10 @@ def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
 
 
 def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts: dict[str, float],
-               on_event=None, allow_multicast: bool = False) -> LaunchOutcome:
-    """Start one launch for ``task['case_ids']`` and supervise it until it ends or is killed."""
+               on_event=None, allow_multicast: bool = False, keep_fds: tuple[int, ...] = ()) -> LaunchOutcome:
+    """Start one launch for ``task['case_ids']`` and supervise it until it ends or is killed.
+
+    ``keep_fds`` stay open in the launcher for as long as it runs (the run folder's lock)."""
     task_path = run_dir / "logs" / f"launch-{task['launch_id']}-try{task['attempt']}.json"
     task_path.write_text(json.dumps(task))
     progress = Path(task["progress"])
@@ -64,7 +67,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+                                start_new_session=True, pass_fds=keep_fds)
         timed_out = None
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
@@ -104,8 +107,12 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
         if time.time() - current_t > limit:
             timed_out = current or _next_case(task, finished)
+            # What rank 0 stores from now on comes after the verdict (a stopped rank woken by the
+            # kill may still finish the Case): it is cut off once every rank is dead.
+            marks = storage_marks(run_dir)
             _dump_stacks(run_dir, task["launch_id"], since=started_at)
             _kill(proc)
+            truncate_to(run_dir, marks)
             log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
                       f"(case {timed_out})\n")
             return timed_out, current
@@ -143,14 +150,45 @@ def _dump_stacks(run_dir: Path, launch_id: int, since: float) -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    """Terminate the whole process group (mpiexec and every rank), then kill if needed."""
+    """Terminate the launcher's process group, then kill every process of its session: ranks run
+    in process groups of their own, and a stopped rank outlives a polite signal."""
     for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(timeout=wait_s)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    _kill_session(proc.pid)
+
+
+def _kill_session(sid: int, wait_s: float = 5.0) -> None:
+    """SIGKILL every process of session ``sid`` (this host) and wait until none is left."""
+    deadline = time.time() + wait_s
+    while True:
+        alive = _session_members(sid)
+        if not alive or time.time() > deadline:
+            return
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)   # also ends a stopped process
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid``, from /proc (Linux; elsewhere none found)."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*/stat") if Path("/proc/self/stat").exists() else []:
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after the command: state, ppid, pgrp, session, ...
+        if len(fields) > 3 and fields[3] == str(sid) and fields[0] not in ("Z", "X"):
+            out.append(int(entry.parent.name))
+    return out

@@ -13,13 +13,14 @@ import traceback
 from pathlib import Path
 
 from .. import metrics
-from ..errors import SkipCase
+from ..errors import SkipCase, StorageFull
 from ..families import get_family
 from ..families.base import Case, RankContext
 from ..launch import safety
 from ..profile import store as profile_store
 from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
 from ..runfolder import RunFolder, case_row
+from ..runfolder.writer import STORAGE_FULL_EXIT
 from ..world import World
 from . import native_loop, timing
 from .state import CaseState
@@ -230,11 +231,30 @@ class Progress:
 
 def _tampered(world: World, seen: dict) -> str | None:
     """The first rank's reason to refuse measuring (kill switches differ from what the launch set)."""
-    reasons = world.allgather(safety.switch_tamper(seen, safety.expected_switches()))
+    expected = safety.expected_switches()
+    # Ranks are started only by commbench's launches, which always say what they set: a rank that
+    # was told nothing (its environment lost the variable) cannot vouch for the switches.
+    mine = (safety.switch_tamper(seen, expected) if expected is not None else
+            f"the launch's record of the multicast kill switches ({safety.EXPECTED_VAR}) is missing from "
+            f"this rank's environment; refusing to measure")
+    reasons = world.allgather(mine)
     for rank, reason in enumerate(reasons):
         if reason:
             return f"rank {rank}: {reason}" if world.size > 1 else reason
     return None
+
+
+def _store(folder: RunFolder, row: dict, samples: list[dict], world: World) -> None:
+    """Rank 0 stores a Case: its samples first, then the row that claims them (a crash between the
+    two leaves samples without a row, which --resume drops, never an ok row without samples). A
+    full disk ends the launch with STORAGE_FULL_EXIT: the parent stops the run."""
+    try:
+        if samples:
+            folder.append_samples(samples)
+        folder.append_row(row)
+    except StorageFull as exc:
+        print(f"commbench: {exc}", file=sys.stderr, flush=True)
+        world.comm.Abort(STORAGE_FULL_EXIT)
 
 
 def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
@@ -257,9 +277,7 @@ def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
             else:
                 row, samples = measure_case(case, ctx, log)
             if world.is_root:
-                folder.append_row(row)
-                if samples:
-                    folder.append_samples(samples)
+                _store(folder, row, samples, world)
                 if on_row:
                     on_row(row)
             progress.emit("done", case, status=row["status"])

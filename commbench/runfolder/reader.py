@@ -4,11 +4,13 @@ numeric columns are numbers (an empty cell is NaN), text columns are strings (""
 an empty ``wrong`` is 0, and samples carry SAMPLE_COLUMNS."""
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from . import check
 from .schema import NUMERIC, SAMPLE_COLUMNS, TEXT
 from .writer import RunFolderError, is_run_folder, read_meta
 
@@ -30,12 +32,18 @@ class Run:
         return self.path.name
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def _read_csv(path: Path, required: tuple[str, ...]):
+    """(frame, line of each row) of a CSV that passed check.scan_csv (shape, UTF-8, size)."""
+    text = check.read_text(path)
+    lines = check.scan_csv(path, text, required)
     try:
         # keep_default_na=False so an empty reason stays "", not NaN; numbers are coerced below
-        return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
-        raise RunFolderError(f"cannot read {path}: {exc}") from exc
+        frame = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=["", "nan", "NaN"])
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise RunFolderError(f"cannot read {path}: {str(exc)[:200]}") from None
+    if len(frame) != len(lines):   # the two parsers disagree: do not guess which row is which
+        raise RunFolderError(f"cannot read {path}: {len(frame)} rows parsed where {len(lines)} lines hold data")
+    return frame, lines
 
 
 def load(path) -> pd.DataFrame:
@@ -45,7 +53,9 @@ def load(path) -> pd.DataFrame:
         raise RunFolderError(
             f"{path} is not a run folder: expected a directory holding results.csv "
             "(as written by `commbench run`, see docs/results.md).")
-    results = _read_csv(path / "results.csv")
+    results, lines = _read_csv(path / "results.csv", check.RESULT_REQUIRED)
+    check.check_results(path / "results.csv", results, lines, NUMERIC)
+    check.check_against_jsonl(path, results)
     for col in NUMERIC:
         if col in results.columns:
             results[col] = pd.to_numeric(results[col], errors="coerce")
@@ -64,10 +74,8 @@ def load_samples(path) -> pd.DataFrame:
     samples_path = Path(path) / "samples.csv"
     if not samples_path.is_file():
         return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
-    samples = _read_csv(samples_path)
-    missing = [c for c in SAMPLE_COLUMNS if c not in samples.columns]
-    if missing:
-        raise RunFolderError(f"{samples_path} lacks columns {missing} (docs/results.md)")
+    samples, lines = _read_csv(samples_path, tuple(SAMPLE_COLUMNS))
+    check.check_samples(samples_path, samples, lines)
     samples["time_us"] = pd.to_numeric(samples["time_us"], errors="coerce")
     samples["case_id"] = samples["case_id"].astype(str)
     samples["host"] = samples["host"].astype(str)

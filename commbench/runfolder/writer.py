@@ -4,17 +4,32 @@ Rows are appended to ``results.jsonl`` (flushed and fsynced as each Case ends)
 and mirrored into ``results.csv`` (one line appended, or the whole file
 rewritten atomically when a column appears or a Case is rerun), so the CSV
 always holds the latest row of every Case measured so far.
+
+Every append is all or nothing: a write that fails (disk full, quota) is cut back to the
+file's previous length and raises StorageFull, so no row is half written and no row claims
+samples that are not there (a Case's samples are written before its row).
 """
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import json
 import os
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, StorageFull
+from .lock import LOCK_NAME, FolderLock
 from .schema import COLUMNS, FINAL_STATUSES, SAMPLE_COLUMNS, SCHEMA_VERSION
+
+# A full disk, a full quota, or a file-size limit: the run stops cleanly (exit 1), never a traceback.
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# A rank that cannot store what it measured ends its launch with this status, and the parent stops
+# the run (the next Cases could not be stored either).
+STORAGE_FULL_EXIT = 75
+FOLDER_FILES = ("results.jsonl", "samples.csv")   # what rank 0 appends during a launch
 
 class RunFolderExists(FileExistsError):
     pass
@@ -28,17 +43,26 @@ def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def folder_name_part(suite_name: str) -> str:
+    """The suite name as it appears in run folder names: letters, digits, - _ . (at most 80)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)[:80]
+
+
 def new_run_dir(base: Path, suite_name: str) -> Path:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)
-    Path(base).mkdir(parents=True, exist_ok=True)
+    safe = folder_name_part(suite_name)
     stamp, n = utc_stamp(), 1
-    while True:
-        path = Path(base) / (f"{stamp}-{safe}" if n == 1 else f"{stamp}-{safe}-{n}")
-        try:
-            path.mkdir()  # atomic claim: two runs started in the same second get different folders
-            return path
-        except FileExistsError:
-            n += 1
+    try:
+        Path(base).mkdir(parents=True, exist_ok=True)
+        while True:
+            path = Path(base) / (f"{stamp}-{safe}" if n == 1 else f"{stamp}-{safe}-{n}")
+            try:
+                path.mkdir()  # atomic claim: two runs started in the same second get different folders
+                return path
+            except FileExistsError:
+                n += 1
+    except OSError as exc:
+        raise RunFolderError(f"cannot create a run folder under {base}: {exc.strerror or exc} "
+                             f"(choose a folder with --out)") from None
 
 
 class RunFolder:
@@ -63,11 +87,43 @@ class RunFolder:
     def create(self, *, resume: bool) -> None:
         if self.path.exists() and not self.path.is_dir():
             raise RunFolderExists(f"{self.path} exists and is not a folder: choose another --out")
-        if self.path.exists() and any(self.path.iterdir()) and not resume:
+        if (self.path.exists() and any(p.name != LOCK_NAME for p in self.path.iterdir())
+                and not resume):
             raise RunFolderExists(
                 f"{self.path} already exists and holds results: pass --resume to continue it, "
                 f"or choose another --out")
         (self.path / "logs").mkdir(parents=True, exist_ok=True)
+
+    def claim(self, *, resume: bool) -> None:
+        """Create (or reopen, for --resume) the folder as its one writer: RunFolderError when the
+        path cannot be a folder, RunFolderBusy (naming the holder) when another run writes it."""
+        if self.path.is_symlink() and not self.path.exists():
+            raise RunFolderError(f"{self.path} is a link to a folder that does not exist: choose another --out")
+        if self.path.exists() and not self.path.is_dir():
+            raise RunFolderError(f"{self.path} exists and is not a folder: choose another --out")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = FolderLock(self.path).acquire()
+        except OSError as exc:
+            raise RunFolderError(f"cannot create the run folder {self.path}: {exc.strerror or exc} "
+                                 f"(choose another --out)") from None
+        try:
+            self.create(resume=resume)
+        except (OSError, RunFolderExists) as exc:
+            self.release()
+            if isinstance(exc, RunFolderExists):
+                raise
+            raise RunFolderError(f"cannot create the run folder {self.path}: {exc.strerror or exc}") from None
+
+    def lock_fds(self) -> tuple[int, ...]:
+        """Descriptors a launch keeps open so that the folder stays locked while its ranks run."""
+        lock = getattr(self, "_lock", None)
+        return (lock.fd,) if lock is not None and lock.fd is not None else ()
+
+    def release(self) -> None:
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
 
     # -- rows --
     def append_row(self, row: dict) -> None:
@@ -76,16 +132,22 @@ class RunFolder:
         others = self._sync()
         replaced = row.get("case_id") in self._latest
         p = self.path / "results.jsonl"
-        with open(p, "ab") as fh:
-            if fh.tell() and not _ends_with_newline(p):
-                fh.write(b"\n")   # a line cut by a crash must not swallow this row
-            fh.write((json.dumps(row, default=_jsonable) + "\n").encode())
-            fh.flush()
-            os.fsync(fh.fileno())
-        # Read our line back like any other: a cut line completed by the newline above
-        # (a valid row that lacked only its newline) is picked up too.
-        parsed = self._sync()
-        self._store_csv(replaced or others > 0 or parsed != 1)
+        line = (json.dumps(row, default=_jsonable) + "\n").encode()
+        if p.exists() and p.stat().st_size and not _ends_with_newline(p):
+            line = b"\n" + line   # a line cut by a crash must not swallow this row
+        csv_path = self.path / "results.csv"
+        csv_size = csv_path.stat().st_size if csv_path.exists() else None
+        with _all_or_nothing(p):
+            _append(p, line)
+            # Read our line back like any other: a cut line completed by the newline above
+            # (a valid row that lacked only its newline) is picked up too.
+            parsed = self._sync()
+            try:
+                self._store_csv(replaced or others > 0 or parsed != 1)
+            except OSError:
+                _cut_back(csv_path, csv_size)   # the CSV as it was: it must mirror the JSONL
+                self._forget()
+                raise
 
     def rows(self) -> list[dict]:
         """Every row ever written (a rerun Case appears more than once)."""
@@ -101,7 +163,12 @@ class RunFolder:
 
     def rewrite_csv(self) -> None:
         self._sync()
-        self._store_csv(replaced=True)
+        with _storage(self.path / "results.csv"):
+            self._store_csv(replaced=True)
+
+    def _forget(self) -> None:
+        """Re-read results.jsonl from the start at the next look (it was cut back)."""
+        self._offset, self._latest, self._extra, self._csv_columns, self._inode = 0, {}, [], None, None
 
     def _sync(self) -> int:
         """Parse what was appended to results.jsonl since the last look (by anyone); rows parsed."""
@@ -141,16 +208,16 @@ class RunFolder:
         # Another writer's rows or a rerun force `replaced`; a missing or cut file fails the newline test.
         if not replaced and columns == self._csv_columns and _ends_with_newline(target):
             last = next(reversed(self._latest.values()))
-            with open(target, "a", newline="") as fh:
-                csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore").writerow(_csv_cells(last, columns))
+            buf = io.StringIO(newline="")
+            csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore").writerow(_csv_cells(last, columns))
+            _append(target, buf.getvalue().encode())
             return
-        tmp = self.path / ".results.csv.tmp"
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
-            w.writeheader()
-            for r in self._latest.values():
-                w.writerow(_csv_cells(r, columns))
-        os.replace(tmp, target)
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in self._latest.values():
+            w.writerow(_csv_cells(r, columns))
+        atomic_write(target, buf.getvalue().encode())
         self._csv_columns = columns
 
     def done_case_ids(self) -> set[str]:
@@ -159,27 +226,62 @@ class RunFolder:
 
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
+        """Append a Case's samples (before its row: a row never claims samples not stored)."""
         p = self.path / "samples.csv"
+        if p.exists() and p.stat().st_size and not _ends_with_newline(p):
+            self.keep_samples(None)   # a line cut by a crash: drop it, never glue onto it
         header = _csv_header(p)
         wanted = list(header or SAMPLE_COLUMNS)
         for row in samples:   # per-iteration extras (a training step's phases) become columns
             wanted += [k for k in row if k not in wanted]
         if header is not None and wanted != header:
-            _rewrite_with_columns(p, wanted)   # rare: the first Case that brings a new column
+            with _storage(p):
+                _rewrite_with_columns(p, wanted)   # rare: the first Case that brings a new column
             header = wanted
-        with open(p, "a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=wanted, restval="")
-            if header is None:
-                w.writeheader()
-            w.writerows(samples)
-            fh.flush()
-            os.fsync(fh.fileno())
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=wanted, restval="")
+        if header is None:
+            w.writeheader()
+        w.writerows(samples)
+        with _all_or_nothing(p):
+            _append(p, buf.getvalue().encode())
+
+    def keep_samples(self, case_ids: set[str] | None) -> int:
+        """Rewrite samples.csv with only complete lines (of ``case_ids`` when given); lines dropped."""
+        p = self.path / "samples.csv"
+        if not p.is_file():
+            return 0
+        text = p.read_bytes().decode("utf-8", "replace")
+        if not text:
+            return 0
+        lines = text.splitlines(keepends=True)
+        kept = [lines[0] if lines[0].endswith("\n") else lines[0] + "\n"]
+        width = len(next(csv.reader([lines[0]]), []))   # the header's columns (extras included)
+        for line in lines[1:]:
+            cells = next(csv.reader([line]), [])
+            if (line.endswith("\n") and len(cells) == width
+                    and (case_ids is None or cells[0] in case_ids)):
+                kept.append(line)
+        dropped = len(lines) - len(kept)
+        if dropped:
+            with _storage(p):
+                atomic_write(p, "".join(kept).encode())
+        return dropped
+
+    def repair(self) -> None:
+        """Make the folder consistent before a --resume continues it: the CSV rewritten from
+        results.jsonl, samples only of Cases with a final row, no temporary files left."""
+        for tmp in self.path.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        if (self.path / "results.jsonl").exists():
+            self.rewrite_csv()
+        self.keep_samples(self.done_case_ids())
 
     # -- metadata --
     def write_meta(self, meta: dict) -> None:
-        tmp = self.path / ".run.json.tmp"
-        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, default=_jsonable))
-        os.replace(tmp, self.path / "run.json")
+        data = json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, default=_jsonable)
+        with _storage(self.path / "run.json"):
+            atomic_write(self.path / "run.json", data.encode())
 
     def read_meta(self) -> dict:
         return read_meta(self.path)
@@ -195,10 +297,9 @@ def read_meta(path) -> dict:
     meta_path = Path(path) / "run.json"
     if not meta_path.is_file():
         return {}
-    try:
-        return json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunFolderError(f"cannot read {meta_path}: {exc}") from exc
+    from .check import read_meta_text   # check imports this module
+
+    return read_meta_text(meta_path)
 
 
 def _csv_header(path: Path) -> list[str] | None:
@@ -223,13 +324,89 @@ def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
 
 
 def _parse_line(line: bytes) -> dict | None:
+    """A row, or None for a line that is not one: cut by a crash mid-write (the Case reruns on
+    --resume), or valid JSON that is not an object with a case id."""
     line = line.strip()
     if not line:
         return None
     try:
-        return json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None   # a line cut by a crash mid-write; the Case reruns on --resume
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("case_id"), str) else None
+
+
+def storage_marks(folder: Path) -> dict[str, int]:
+    """Lengths of the files rank 0 appends to, to cut back to with ``truncate_to``."""
+    return {name: (Path(folder) / name).stat().st_size if (Path(folder) / name).exists() else 0
+            for name in FOLDER_FILES}
+
+
+def truncate_to(folder: Path, marks: dict[str, int]) -> None:
+    """Drop what was appended after ``marks`` (the launch that wrote it is dead)."""
+    for name, size in marks.items():
+        _cut_back(Path(folder) / name, size)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write a whole file through a temporary twin and a rename; the twin never outlives a failure."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+@contextmanager
+def _all_or_nothing(path: Path):
+    """Appends inside are undone (the file cut back to its length before) if any of them fails;
+    a full disk becomes StorageFull."""
+    size = path.stat().st_size if path.exists() else None
+    try:
+        with _storage(path):
+            yield
+    except (OSError, StorageFull):
+        _cut_back(path, size)
+        raise
+
+
+@contextmanager
+def _storage(path: Path):
+    """A full disk, quota or file-size limit while writing ``path`` becomes StorageFull."""
+    try:
+        yield
+    except OSError as exc:
+        _raise_storage(path, exc)
+        raise
+
+
+def _cut_back(path: Path, size: int | None) -> None:
+    try:
+        if size is None:
+            path.unlink(missing_ok=True)
+        elif path.exists() and path.stat().st_size > size:
+            os.truncate(path, size)   # frees space: works on a full disk
+    except OSError:
+        pass   # best effort; the reader refuses what is left cut
+
+
+def _raise_storage(path: Path, exc: OSError) -> None:
+    if exc.errno in STORAGE_ERRNOS:
+        raise StorageFull(f"cannot write {path}: {exc.strerror}; the run stopped. Every Case stored "
+                          f"before is kept and the folder is consistent: free space, then continue with "
+                          f"`commbench run SUITE --resume --out {path.parent}`") from None
 
 
 def _ends_with_newline(path: Path) -> bool:

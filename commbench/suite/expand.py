@@ -10,13 +10,16 @@ from ..families import all_families
 from ..families.base import Case, Family
 from ..launch.safety import suite_env_refusal
 from ..units import format_size, parse_size
+from .limits import MAX_SIZE_BYTES, SuiteLimits, factor_sweep_points
 from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, PROFILES, TIMINGS, SuiteErrors,
                      as_list)
 from .yaml_lines import LineDict
 
 
-def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
-    """Sizes from a single value, a list, or a {min, max, factor|step} sweep."""
+def expand_sizes(spec, err: SuiteErrors, line: int, where: str, budget: SuiteLimits | None = None) -> list[int]:
+    """Sizes from a single value, a list, or a {min, max, factor|step} sweep (a sweep longer than
+    ``budget`` allows is refused before it is built)."""
+    budget = budget or SuiteLimits()
     try:
         if isinstance(spec, dict):
             unknown = set(spec) - {"min", "max", "factor", "step"}
@@ -25,16 +28,25 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
             lo, hi = parse_size(spec.get("min", 0)), parse_size(spec["max"])
             if lo > hi:
                 raise ValueError(f"min ({format_size(lo)}) is above max ({format_size(hi)})")
+            if hi > MAX_SIZE_BYTES:
+                raise ValueError(f"max ({format_size(hi)}) is above the largest size, {format_size(MAX_SIZE_BYTES)} "
+                                 "(no device holds more)")
             if "step" in spec:
                 step = parse_size(spec["step"])
                 if step <= 0:
                     raise ValueError("step must be > 0")
+                refusal = budget.sizes_refusal(len(range(lo, hi + 1, step)))
+                if refusal:
+                    raise ValueError(refusal)
                 return list(range(lo, hi + 1, step))
             factor = spec.get("factor", 2)
             if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor <= 1:
                 raise ValueError(f"factor must be a number > 1, got {factor!r}")
             if lo <= 0:
                 raise ValueError("min must be > 0 for a factor sweep")
+            refusal = budget.sizes_refusal(factor_sweep_points(lo, hi, factor))
+            if refusal:
+                raise ValueError(refusal)
             out, s = [], float(lo)
             while s <= hi * (1 + 1e-9):
                 out.append(int(round(s)))
@@ -43,6 +55,9 @@ def expand_sizes(spec, err: SuiteErrors, line: int, where: str) -> list[int]:
         sizes = [parse_size(v) for v in as_list(spec)]
         if not sizes:
             raise ValueError("no sizes given")
+        if max(sizes) > MAX_SIZE_BYTES:
+            raise ValueError(f"{format_size(max(sizes))} is above the largest size, {format_size(MAX_SIZE_BYTES)} "
+                             "(no device holds more)")
         if len(set(sizes)) != len(sizes):
             raise ValueError("the same size is listed twice")
         return sizes
@@ -61,8 +76,17 @@ def default_iters(size_bytes: int, warmup: bool) -> int:
     return max(floor, int(base * LARGE_BYTES / size_bytes))
 
 
-def _resolve_ranks(value, gpu_count: int) -> int:
-    return max(1, gpu_count) if value == "all" else int(value)
+def _resolve_ranks(value, gpu_count: int) -> tuple[int, int | None]:
+    """(ranks, ranks per node or None). `all`: inside a Slurm job, its tasks (and tasks per node);
+    elsewhere every GPU of this node."""
+    if value != "all":
+        return int(value), None
+    from ..world import slurm_allocation_tasks
+
+    tasks, per_node = slurm_allocation_tasks()
+    if tasks > 0:
+        return tasks, per_node
+    return max(1, gpu_count), None
 
 
 def _variant_label(env: dict[str, str], varying: list[str]) -> str:
@@ -134,7 +158,7 @@ def _counts(b: _Bench) -> dict:
     """warmup, iters, timeout_s, ranks_per_node: None means the default."""
     out = {}
     for key, default in (("warmup", None), ("iters", None), ("timeout_s", 300), ("ranks_per_node", None)):
-        v = b.get(key, default)
+        v = default if b.get(key) is None else b.get(key)   # `key: null` means the default
         kinds = (float, int) if key == "timeout_s" else (int,)
         if v is not None and (isinstance(v, bool) or not isinstance(v, kinds) or not math.isfinite(v)
                               or v < (1 if key != "warmup" else 0)):
@@ -146,7 +170,8 @@ def _counts(b: _Bench) -> dict:
     return out
 
 
-def _ranks(b: _Bench, gpu_count: int) -> list[int]:
+def _ranks(b: _Bench, gpu_count: int) -> list[tuple[int, int | None]]:
+    """(ranks, ranks per node or None) for each value of `ranks`."""
     out = []
     for r in as_list(b.get("ranks", 1)):
         if r != "all" and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
@@ -216,7 +241,7 @@ def _env_lists(b: _Bench) -> dict[str, list[str]]:
     return out
 
 
-def _param_lists(b: _Bench, fam: Family, ranks_list: list[int]) -> dict[str, list]:
+def _param_lists(b: _Bench, fam: Family, ranks_list: list[tuple[int, int | None]]) -> dict[str, list]:
     """Every family parameter's values (the default when the suite does not name it). Values
     are checked against their Param by ``fam.validate_bench``."""
     params = b.get("params", {}) or {}
@@ -233,7 +258,7 @@ def _param_lists(b: _Bench, fam: Family, ranks_list: list[int]) -> dict[str, lis
         else:
             out[k] = as_list(v)
     # the family sees ranks resolved ('all' -> the GPU count) to judge shapes against them
-    for field_name, msg in fam.validate_bench({**b.m, "ranks": ranks_list}):
+    for field_name, msg in fam.validate_bench({**b.m, "ranks": [r for r, _ in ranks_list]}):
         b.add(field_name, msg)
     return {k: out.get(k, [spec.default]) for k, spec in fam.params.items()}
 
@@ -262,7 +287,8 @@ def _reject_values_that_never_run(b: _Bench, fam: Family, cases: list[Case]) -> 
 
 
 def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: str,
-                 err: SuiteErrors, gpu_count: int, seen_names: set) -> list[Case]:
+                 err: SuiteErrors, gpu_count: int, seen_names: set,
+                 budget: SuiteLimits | None = None) -> list[Case]:
     """The validated Cases of one benchmark; problems go to ``err`` (then no Case is returned)."""
     b = _Bench(bench, defaults, where, err)
     bname = _name(b, seen_names)
@@ -274,7 +300,8 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     ops = _choose(b, fam, "ops", fam.ops, list(fam.ops))
     backends = _choose(b, fam, "backends", fam.backends, list(fam.backends[:1]))
     dtypes = _choose(b, fam, "dtypes", fam.dtypes, [fam.default_dtype])
-    sizes = expand_sizes(b.get("sizes", "1MiB"), err, b.line("sizes"), f"{b.where}.sizes")
+    budget = budget or SuiteLimits()
+    sizes = expand_sizes(b.get("sizes", "1MiB"), err, b.line("sizes"), f"{b.where}.sizes", budget)
     counts = _counts(b)
     ranks_list = _ranks(b, gpu_count)
     host_groups = _host_groups(b)
@@ -284,16 +311,23 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     param_lists = _param_lists(b, fam, ranks_list)
     if len(err.items) > n_err:
         return []
+    axes = (host_groups, ranks_list, ops, backends, dtypes, timings, *env_lists.values(),
+            *param_lists.values(), sizes)
+    refusal = budget.take_cases(math.prod(len(a) for a in axes))   # counted before any Case is built
+    if refusal:
+        err.add(bench.line, b.where, refusal)
+        return []
     varying = [k for k, v in env_lists.items() if len(v) > 1] or list(env_lists)
     env_variants = [dict(zip(env_lists, combo)) for combo in itertools.product(*env_lists.values())] or [{}]
     pkeys = list(param_lists)
     params = b.get("params", {}) or {}
-    explicit = frozenset(params if isinstance(params, dict) else ())  # written in the suite: presets never override these
+    # written in the suite: presets never override these
+    explicit = frozenset(params if isinstance(params, dict) else ())
     cases = []
-    for hosts, ranks, envv, op, backend, dtype, timing, pcombo, size in itertools.product(
+    for hosts, (ranks, per_node), envv, op, backend, dtype, timing, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
-        rpn = int(counts["ranks_per_node"] or ranks)
+        rpn = int(counts["ranks_per_node"] or per_node or ranks)
         # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
         n_ranks = rpn * len(hosts) if hosts else ranks
         cases.append(fam.finalize_case(Case(

@@ -7,8 +7,10 @@ from pathlib import Path
 from ..families.base import Case
 from .expand import expand_bench
 from .launches import Launch, group_launches, keep_only
+from .limits import SuiteLimits
 from .overrides import ONLY_KEY, apply_overrides
 from .schema import ALIASES, COMMON_KEYS, TOP_KEYS, SuiteErrors
+from .shape import check_bench
 from .yaml_lines import LineDict, LineList, load_yaml
 
 
@@ -21,12 +23,14 @@ class Suite:
 
 
 def load_suite(path: Path | str, *, gpu_count: int | None = None,
-               overrides: dict[str, object] | None = None) -> Suite:
+               overrides: dict[str, object] | None = None, limits: SuiteLimits | None = None) -> Suite:
     """Load, validate and expand a suite. Raises SuiteError listing every problem found.
 
     ``overrides`` (from `--set`) replace a key in every benchmark before validation;
-    ``overrides["only"]`` (from `--only`) keeps just the benchmarks it names."""
+    ``overrides["only"]`` (from `--only`) keeps just the benchmarks it names; ``limits`` caps the
+    Cases and ranks (`--max-cases`, `--max-ranks`; defaults in suite/limits.py)."""
     path = Path(path)
+    limits = SuiteLimits() if limits is None else SuiteLimits(limits.max_cases, limits.max_ranks)
     raw = load_yaml(path)
     err = SuiteErrors(path)
     if not isinstance(raw, LineDict):
@@ -64,12 +68,30 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         if not isinstance(bench, LineDict):
             err.add(benches.line_of(i), where, "each benchmark is a mapping")
             continue
-        suite.cases.extend(expand_bench(bench, defaults, name, where, err, gpu_count, seen_names))
+        if not check_bench(bench, defaults, where, err, limits, gpu_count):
+            continue
+        suite.cases.extend(expand_bench(bench, defaults, name, where, err, gpu_count, seen_names,
+                                        budget=limits))
+    _refuse_repeated_cases(suite.cases, benches, err)
     err.raise_if_any()
     suite.launches = group_launches(suite.cases)
     if only:
         keep_only(suite, list(only))
     return suite
+
+
+def _refuse_repeated_cases(cases: list[Case], benches, err: SuiteErrors) -> None:
+    """Two entries that mean the same Case (ranks `all` and the GPU count, 1KiB and 1024 bytes)
+    would measure it twice under one id: an error on the benchmark."""
+    seen: set[str] = set()
+    lines = {b.get("name"): b.line for b in benches if isinstance(b, LineDict) and isinstance(b.get("name"), str)}
+    for c in cases:
+        if c.case_id in seen:
+            err.add(lines.get(c.bench, 1), f"benchmark {c.bench}",
+                    f"two list entries give the same Case ({c.op} {c.backend} {c.dtype} {c.size_bytes} B, "
+                    f"{c.ranks} ranks, timing {c.timing}): a value is listed twice under two spellings")
+            return
+        seen.add(c.case_id)
 
 
 def _gpu_count_hint() -> int:

@@ -1,11 +1,9 @@
 """`--set key=value` and `--only`: overrides applied to every benchmark before validation."""
 from __future__ import annotations
 
-import yaml
-
-from ..errors import SuiteError
+from ..errors import SuiteError, preview
 from .schema import ALIASES, COMMON_KEYS
-from .yaml_lines import LineDict
+from .yaml_lines import LineDict, parse_yaml_text
 
 ONLY_KEY = "only"   # overrides[ONLY_KEY]: benchmark names kept (`run --only`)
 
@@ -17,14 +15,23 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, object]:
         key, sep, text = item.partition("=")
         key = key.strip()
         top = key.split(".", 1)[0]
-        if not sep or not key or (top not in COMMON_KEYS and top not in ALIASES) or top == "params" and "." not in key:
-            raise SuiteError(f"--set {item!r}: expected KEY=VALUE with KEY one of "
+        dotted_ok = top == "params" and len(key) > len("params.")   # only params.NAME has a dot
+        if (not sep or not key or (top not in COMMON_KEYS and top not in ALIASES)
+                or (("." in key) != (top == "params")) or (top == "params" and not dotted_ok)):
+            raise SuiteError(f"--set {preview(item)}: expected KEY=VALUE with KEY one of "
                              f"{', '.join(k for k in COMMON_KEYS if k != 'params')} or params.NAME")
-        try:
-            out[key] = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SuiteError(f"--set {item!r}: value is not valid YAML: {exc}") from None
+        out[key] = _plain(parse_yaml_text(text, f"--set {preview(item)}", SuiteError))
     return out
+
+
+def _plain(value):
+    """A `--set` value as plain dicts and lists: line numbers of the command line's text must
+    not pass for lines of the suite file in error messages."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def apply_overrides(benches, overrides: dict[str, object]) -> None:

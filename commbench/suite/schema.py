@@ -15,7 +15,8 @@ COMMON_KEYS: dict[str, str] = {
     "backends": "backend or list of backends (alias: backend)",
     "dtypes": "element type or list (alias: dtype)",
     "sizes": "message sizes: a size ('64KiB'), a list, or {min, max, factor} / {min, max, step}",
-    "ranks": "ranks per launch: an integer, 'all' (every GPU of the node), or a list",
+    "ranks": "ranks per launch: an integer, 'all' (every task of the Slurm job; outside one, every GPU "
+             "of the node), or a list",
     "ranks_per_node": "ranks on each node (default: all ranks on one node)",
     "timeout_s": "seconds a Case may run without finishing before its launch is killed (default 300)",
     "warmup": "untimed iterations before timing (default 5, fewer for messages over 64 MiB)",
@@ -45,19 +46,32 @@ LARGE_BYTES = 64 * 1024**2
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+MAX_SHOWN_PROBLEMS = 40      # an error lists at most this many problems...
+MAX_PROBLEM_CHARS = 400      # ...each cut to this length: a message stays readable whatever the input
+
+
 class SuiteErrors:
     """Collects every problem of a suite (file:line: field: message), raised together."""
 
     def __init__(self, path: Path):
         self.path, self.items = path, []
+        self.count = 0   # problems found; `items` keeps the first MAX_SHOWN_PROBLEMS
 
     def add(self, line: int, where: str, msg: str) -> None:
-        self.items.append(f"{self.path}:{line}: {where}: {msg}")
+        self.count += 1
+        if len(self.items) < MAX_SHOWN_PROBLEMS:
+            text = f"{self.path}:{line}: {where[:160]}: {msg}"
+            self.items.append(text if len(text) <= MAX_PROBLEM_CHARS else text[:MAX_PROBLEM_CHARS] + "...")
+        else:
+            self.items.append(None)   # counted, not shown; len(items) still grows as callers expect
 
     def raise_if_any(self) -> None:
         if self.items:
-            head = f"{self.path}: invalid suite ({len(self.items)} problem(s))"
-            raise SuiteError(head + "\n  " + "\n  ".join(self.items))
+            shown = [i for i in self.items if i is not None]
+            more = self.count - len(shown)
+            head = f"{self.path}: invalid suite ({self.count} problem(s))"
+            raise SuiteError(head + "\n  " + "\n  ".join(shown)
+                             + (f"\n  ... and {more} more" if more else ""))
 
 
 def as_list(value) -> list:

@@ -32,10 +32,22 @@ _ATTR_CC_MAJOR, _ATTR_CC_MINOR, _ATTR_MULTICAST = 75, 76, 132  # CUdevice_attrib
 _GPU_FIELDS = "index,name,uuid,memory.total,compute_cap,pci.bus_id,driver_version"
 
 
+# A name that looks like a credential is never recorded, whatever its prefix (TORCH_HUB_TOKEN).
+CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+
+
 def filtered_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment restricted to the allow-listed prefixes (DESIGN section 6)."""
+    """The environment restricted to the allow-listed prefixes (DESIGN section 6), minus any
+    variable whose name looks like a credential (``withheld_env``)."""
     env = os.environ if env is None else env
-    return {k: str(v) for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)}
+    return {k: str(v) for k, v in sorted(env.items())
+            if k.startswith(ENV_PREFIXES) and not CREDENTIAL_NAME.search(k)}
+
+
+def withheld_env(env: Mapping[str, str] | None = None) -> list[str]:
+    """Names (never values) of allow-listed variables left out because they look like credentials."""
+    env = os.environ if env is None else env
+    return sorted(k for k in env if k.startswith(ENV_PREFIXES) and CREDENTIAL_NAME.search(k))
 
 
 def _safe(fn: Callable[..., Any], *args: Any) -> Any:

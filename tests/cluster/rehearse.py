@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.cluster.testbed import ROOT, Cluster, commbench, why_unavailable  # noqa: E402
+from tests.cluster.testbed import ROOT, Cluster, commbench, why_unavailable
 
 TWIN = ROOT / "suites" / "acceptance-multinode-cpu.yaml"
 PAIRS_ONLY = ["--only", "pair-latency", "--only", "pair-bandwidth"]

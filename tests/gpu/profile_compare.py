@@ -54,9 +54,11 @@ def main(argv: list[str]) -> int:
     world = int(prof.world_size.max())
     print(f"world_size {world}; {len(prof)} profiled points")
     for r in prof.itertuples():
-        line = (f"{r.op:15s} {int(r.size_bytes):>11d} B  status {r.status}  wrong {r.wrong}  time_us {r.time_us:10.2f}"
+        line = (f"{r.op:15s} {int(r.size_bytes):>11d} B  status {r.status}  wrong {r.wrong}  "
+                f"time_us {r.time_us:10.2f}"
                 f"  kernel_us {getattr(r, 'kernel_us', float('nan')):10.2f}  ch {getattr(r, 'nccl_channels', '')}"
-                f"  {getattr(r, 'nccl_algo', '')}/{getattr(r, 'nccl_proto', '')}  note {getattr(r, 'profile_note', '')}")
+                f"  {getattr(r, 'nccl_algo', '')}/{getattr(r, 'nccl_proto', '')}"
+                f"  note {getattr(r, 'profile_note', '')}")
         if r.status != "ok" or r.wrong:
             missed.append(f"{r.op} {r.size_bytes}: {r.status} {r.reason}")
         if world == 1:

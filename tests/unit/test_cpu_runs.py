@@ -213,7 +213,7 @@ def test_a_rerun_row_supersedes_the_timed_out_one(tmp_path):
     from commbench.runfolder import RunFolder
 
     folder = RunFolder(out)
-    row = dict(folder.rows()[0], status="ok", reason="")
+    row = dict(folder.rows()[0], status="ok", reason="", time_us=1.0, wrong=0)   # as a measured rerun
     folder.append_row(row)
     df = load(out)
     assert len(df) == 1 and df.status.iloc[0] == "ok"
@@ -236,8 +236,9 @@ def test_only_runs_a_subset_then_resume_adds_another(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     assert [l["launch_id"] for l in plan["launches"]] == [1]      # the whole suite's launch id
     assert (out / "logs" / "launch-1.log").exists() and not (out / "logs" / "launch-0.log").exists()
+    # another --only mixes settings: refused unless --force (tests/unit/test_resume_guard.py)
     result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet", "--resume",
-                                      "--only", "first"])
+                                      "--only", "first", "--force"])
     assert result.exit_code == 0, result.output
     assert set(load(out).bench) == {"first", "second"}
     plan = json.loads((out / "plan.json").read_text())

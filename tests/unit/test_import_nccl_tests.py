@@ -297,8 +297,9 @@ def test_compare_against_itself_pairs_every_point_and_finds_nothing_worse(import
     pts = compare_runs(run, run)
     assert len(pts) == 392 and not pts["why"].str.startswith("only in").any()
     assert (pts["verdict"] == "worse").sum() == 0
-    ok = pts[pts["verdict"] != "not comparable"]
+    ok = pts[pts["verdict"].isin(["better", "worse", "unchanged"])]
     assert len(ok) == 326 and (ok["time_ratio"] == 1.0).all()
+    assert set(pts["verdict"]) == {"unchanged", "skipped"}      # skipped in both: not a failure
     res = _cli("compare", imported, imported, "--fail-above", "1")
     assert res.exit_code == 0, res.output
 

@@ -38,10 +38,80 @@ def test_open_mpi_argv_is_a_list_with_forwarded_vars(monkeypatch):
 
 
 def test_srun_inside_an_allocation(monkeypatch):
+    from commbench.launch import srun
+
     monkeypatch.setattr(mpiexec, "inside_slurm_allocation", lambda: True)
     monkeypatch.setattr(mpiexec.shutil, "which", lambda name: "/usr/bin/srun" if name == "srun" else None)
-    argv = mpiexec.launcher_argv(16, 8, [])
+    monkeypatch.setenv("SLURM_MPI_TYPE", "pmix")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
+    srun.choose_mpi_plugin.cache_clear()
+    try:
+        argv = mpiexec.launcher_argv(16, 8, [])
+    finally:
+        srun.choose_mpi_plugin.cache_clear()
     assert argv[0] == "srun" and "--ntasks=16" in argv and "--ntasks-per-node=8" in argv
+    # the user's plugin, and the allocation's CPUs per task (srun stopped inheriting it in 22.05)
+    assert "--mpi=pmix" in argv and "--cpus-per-task=8" in argv
+
+
+def test_an_allocation_whose_srun_cannot_start_this_mpi_uses_mpiexec(monkeypatch):
+    from commbench.launch import srun
+
+    monkeypatch.setattr(mpiexec, "inside_slurm_allocation", lambda: True)
+    monkeypatch.setattr(mpiexec.shutil, "which", lambda name: "/usr/bin/srun" if name == "srun" else None)
+    monkeypatch.setattr(srun, "choose_mpi_plugin", lambda: (None, "no plugin"))
+    argv = mpiexec.launcher_argv(2, 2, [])
+    assert argv[0].endswith(("mpiexec", "mpirun")) and "-n" in argv
+
+
+def test_srun_plugin_list_and_the_pmi_each_mpi_speaks(monkeypatch):
+    from types import SimpleNamespace
+
+    from commbench.launch import srun
+
+    new = "MPI plugin types are...\n\tpmix\n\tnone\n\tpmi2\nspecific pmix plugin versions available: pmix_v4\n"
+    old = "srun: MPI types are...\nsrun: none\nsrun: pmi2\n"
+    for text, want in ((new, ["pmix", "none", "pmi2"]), (old, ["none", "pmi2"])):
+        monkeypatch.setattr(srun.subprocess, "run", lambda *a, _err=text, **k: SimpleNamespace(stdout="", stderr=_err))
+        assert srun.srun_plugins() == want
+    assert srun.pmi_preference("Open MPI v5.0.11, package: Open MPI") == ["pmix"]
+    assert srun.pmi_preference("Open MPI v4.1.6, package: Debian") == ["pmix", "pmi2"]
+    assert srun.pmi_preference("MPICH Version: 4.1") == ["pmix", "pmi2"]
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "")
+    assert srun.cpus_per_task_args() == []
+
+
+def test_slurm_task_counts(monkeypatch):
+    from commbench import world
+
+    for k in ("SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_TASKS_PER_NODE", "SLURM_STEP_ID"):
+        monkeypatch.delenv(k, raising=False)
+    assert world.slurm_allocation_tasks() == (0, None)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "8(x2)")
+    assert world.slurm_allocation_tasks() == (16, 8)
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "8,4")
+    monkeypatch.setenv("SLURM_NTASKS", "12")
+    assert world.slurm_allocation_tasks() == (12, None)
+    assert world.slurm_step_tasks() == 0           # the batch script is not a step
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "8")
+    assert world.slurm_step_tasks() == 8
+
+
+def test_ranks_all_inside_an_allocation_is_its_tasks(monkeypatch, tmp_path):
+    from commbench.suite import load_suite
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\nbenchmarks:\n  - {name: a, family: harness, ops: [barrier], ranks: all}\n")
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "8(x2)")
+    case = load_suite(suite, gpu_count=8).cases[0]
+    assert (case.ranks, case.ranks_per_node) == (16, 8)
+    monkeypatch.delenv("SLURM_JOB_ID")
+    case = load_suite(suite, gpu_count=8).cases[0]
+    assert (case.ranks, case.ranks_per_node) == (8, 8)    # outside Slurm: this node's GPUs
 
 
 def test_stack_dump_never_signals_a_stale_or_foreign_pid(tmp_path):

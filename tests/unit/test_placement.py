@@ -52,6 +52,9 @@ def test_open_mpi_and_srun_place_on_named_hosts(monkeypatch):
     assert argv[argv.index("--host") + 1] == "n1:8,n2:8"
     monkeypatch.setattr(launch, "inside_slurm_allocation", lambda: True)
     monkeypatch.setattr(launch.shutil, "which", lambda name: "/usr/bin/srun")
+    from commbench.launch import srun
+
+    monkeypatch.setattr(srun, "choose_mpi_plugin", lambda: ("pmi2", "test"))   # no probe here
     argv = launch.launcher_argv(16, 8, [], ("n1", "n2"))
     assert "--nodelist=n1,n2" in argv and "--nodes=2" in argv
 

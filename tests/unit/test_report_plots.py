@@ -48,3 +48,35 @@ def test_size_ticks_use_units():
     assert "8B" in labels and any(lbl.endswith("KiB") for lbl in labels)
     lines = {line.get_label() for line in ax.get_lines()}
     assert lines == {"gloo default", "mpi default"}
+
+
+def test_title_names_suite_ranks_hosts_and_date():
+    df = _rows().assign(suite="quickstart", world_size=2)
+    meta = {"hosts": ["node-a", "node-b"], "started_utc": "2026-12-01T09:10:42+00:00"}
+    title = plots.plot_title(df, [meta])
+    assert title == "quickstart | 2 ranks | node-a, node-b | 2026-12-01 09:10 UTC"
+    fig = plots.metric_figure(df, "time_us", title)
+    assert fig._suptitle.get_text() == title
+    plots.plt.close(fig)
+
+
+def test_many_lines_share_one_legend_outside_the_panels():
+    few = plots.metric_figure(_rows(), "time_us")
+    assert not few.legends and all(ax.get_legend() is not None for ax in few.axes if ax.get_visible())
+    plots.plt.close(few)
+    many = pd.concat([_rows().assign(run=f"run-{k}") for k in range(3)], ignore_index=True)   # 6 lines
+    fig = plots.metric_figure(many, "time_us")
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    legend = fig.legends[0]
+    assert len(legend.get_texts()) == 6
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    for ax in fig.axes:   # the legend covers no panel
+        assert not box.overlaps(ax.get_window_extent())
+    # the same line has the same colour in every panel
+    colours = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            assert colours.setdefault(line.get_label(), line.get_color()) == line.get_color()
+    png = plots.figure_png(fig)
+    assert png[:4] == b"\x89PNG"

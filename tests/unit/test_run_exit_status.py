@@ -39,3 +39,22 @@ def test_nothing_measured_exits_1(tmp_path):
         pytest.skip("a GPU is present: the nccl Case ran")
     assert result.exit_code == 1, result.output
     assert "nothing was measured" in result.output
+
+
+def test_repeat_writes_one_run_folder_per_repeat_and_sums_the_counts(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\ndefaults: {ranks: 2, warmup: 1, iters: 3, sizes: [8B], timeout_s: 60}\n"
+                     "benchmarks:\n  - {name: a, family: harness, ops: [barrier]}\n")
+    out = tmp_path / "rep"
+    runner = CliRunner()
+    res = runner.invoke(cli, ["run", str(suite), "--out", str(out), "--quiet", "--repeat", "2"])
+    assert res.exit_code == 0, res.output
+    assert "2 ok, 0 skipped, 0 wrong, 0 failed, 0 timeout over 2 repeats -> exit 0" in res.output
+    assert sorted(p.name for p in out.iterdir()) == ["repeat-1", "repeat-2"]
+    # the folder is one side of a comparison, and may be resumed to add repeats
+    assert runner.invoke(cli, ["compare", str(out), str(out / "repeat-1")]).exit_code == 0
+    res = runner.invoke(cli, ["run", str(suite), "--out", str(out), "--quiet", "--repeat", "2"])
+    assert res.exit_code == 2 and "already holds repeats" in res.output
+    res = runner.invoke(cli, ["run", str(suite), "--out", str(out), "--quiet", "--repeat", "3", "--resume"])
+    assert res.exit_code == 0 and (out / "repeat-3" / "results.csv").exists(), res.output
+    assert runner.invoke(cli, ["report", str(out), "--out", str(tmp_path / "r.html")]).exit_code == 0

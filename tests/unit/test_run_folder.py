@@ -123,7 +123,7 @@ def test_a_kill_after_the_victims_row_landed_retries_the_remaining_cases(tmp_pat
     folder.create(resume=False)
     calls = []
 
-    def fake_launch(run_dir, task, env, timeouts, on_event, allow_multicast):
+    def fake_launch(run_dir, task, env, timeouts, on_event, allow_multicast, keep_fds=()):
         calls.append(list(task["case_ids"]))
         writer = RunFolder(run_dir)               # rank 0's own writer
         if len(calls) == 1:

@@ -252,12 +252,14 @@ def test_slurm_templates_start_ranks_with_kill_switches(tmp_path, template, mode
         script = tmp_path / tool
         script.write_text(
             f'#!/bin/bash\necho "{tool} $* | $NCCL_NVLS_ENABLE $NVSHMEM_DISABLE_NVLS '
-            f'$TORCH_SYMM_MEM_DISABLE_MULTICAST" >> {record}\n')
+            f'$TORCH_SYMM_MEM_DISABLE_MULTICAST" >> {record}\n'
+            '[[ "$*" == "info --srun-mpi" ]] && echo pmix\n'
+            'exit 0\n')
         script.chmod(0o755)
     repo = Path(sysinfo.__file__).resolve().parents[2]
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_ID": "77",
            "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "8", "COMMBENCH": str(tmp_path / "cb"),
-           "MODE": mode, "SUITE": "suites/nvshmem.yaml", "OUT": "results/x"}
+           "SLURM_CPUS_PER_TASK": "8", "MODE": mode, "SUITE": "suites/nvshmem.yaml", "OUT": "results/x"}
     done = subprocess.run(["bash", str(repo / "slurm" / f"{template}.sbatch")], env=env,
                           capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stderr
@@ -265,7 +267,8 @@ def test_slurm_templates_start_ranks_with_kill_switches(tmp_path, template, mode
     run = [c for c in calls if "run suites/nvshmem.yaml --out results/x" in c]
     assert len(run) == 1 and run[0].endswith("| 0 1 1")
     if mode == "ranks":
-        assert run[0].startswith("srun --nodes=2 --ntasks-per-node=8 --kill-on-bad-exit=1")
+        assert run[0].startswith("srun --nodes=2 --kill-on-bad-exit=1 --ntasks-per-node=8 --mpi=pmix "
+                                 f"--cpus-per-task=8 {tmp_path}/cb run")
     else:
         assert run[0].startswith("cb run")
 

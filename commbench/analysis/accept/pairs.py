@@ -9,9 +9,9 @@ with n >= 3 nodes a bad node is in 2/n of the pairs, so the fastest third are he
 A pair is slow at a point when it is at least ``min_excess_pct`` and ``min_excess_us`` slower
 than the reference, and slow in a bench when so in at least ``min_share`` of the bench's points.
 The time floor keeps jitter of a few tens of microseconds (a rank losing its core for a moment)
-from counting as a slow link where a small message takes a few microseconds. Per bench, because a bench groups like points: a
-lower rate shows at large sizes, a longer per-packet delay at small ones, so a suite measures
-the two in two benches (suites/acceptance-multinode-cpu.yaml).
+from counting as a slow link where a small message takes a few microseconds. Per bench, because a
+bench groups like points: a lower rate shows at large sizes, a longer per-packet delay at small
+ones, so a suite measures the two in two benches (suites/acceptance-multinode-cpu.yaml).
 """
 from __future__ import annotations
 

@@ -18,11 +18,12 @@ In an acceptance suite the same goes under one key, which `commbench run` ignore
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commbench.errors import CommbenchError
+from commbench.errors import CommbenchError, preview
 from commbench.runfolder.schema import COLUMNS, FAMILY_COLUMNS
 from commbench.suite.yaml_lines import LineDict, load_yaml
 from commbench.units import parse_size
@@ -85,23 +86,34 @@ class RuleSet:
 
 
 def _fail(path: Path, line: int, field_name: str, msg: str) -> RulesError:
-    return RulesError(f"{path}:{line}: field '{field_name}': {msg}")
+    msg = msg if len(msg) <= 400 else msg[:400] + "..."   # bounded whatever the input
+    return RulesError(f"{path}:{line}: field '{preview(field_name, 80, quote=False)}': {msg}")
 
 
 def _size_or_number(column: str, value: Any, where) -> float:
+    """A threshold or selector bound as a float; NaN and infinities are errors (a gate on them
+    would always pass or always fail)."""
     if column in SIZE_COLUMNS:
         try:
             return float(parse_size(value))
         except ValueError as exc:
             raise where(str(exc)) from None
+    number = None
     if isinstance(value, str):
         try:
-            return float(value)  # YAML 1.1 reads '1e9' as a string
+            number = float(value)  # YAML 1.1 reads '1e9' as a string
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise where(f"expected a number, got {value!r}")
-    return float(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:   # an integer beyond any float
+            number = math.inf
+    if number is None:
+        raise where(f"expected a number, got {preview(value)}")
+    if not math.isfinite(number):
+        raise where(f"expected a finite number, got {preview(value)}")
+    return number
 
 
 def _selector(raw: Any, path: Path, line: int) -> Selector:
@@ -152,16 +164,16 @@ def _rule(raw: Any, path: Path, names: set) -> Rule:
             raise _fail(path, line, key, "missing")
     name = raw["name"]
     if not isinstance(name, str) or not name or name in names:
-        raise _fail(path, at("name"), "name", f"must be a unique non-empty string, got {name!r}")
+        raise _fail(path, at("name"), "name", f"must be a unique non-empty string, got {preview(name)}")
     metric = raw["metric"]
     if not isinstance(metric, str) or not metric:
         raise _fail(path, at("metric"), "metric", "expected a column name such as busbw_gbps")
     op = raw["op"]
     if op not in OPERATORS:
-        raise _fail(path, at("op"), "op", f"unknown operator {op!r}; use one of {list(OPERATORS)}")
+        raise _fail(path, at("op"), "op", f"unknown operator {preview(op)}; use one of {list(OPERATORS)}")
     aggregate = raw.get("aggregate", "min")
     if aggregate not in AGGREGATES:
-        raise _fail(path, at("aggregate"), "aggregate", f"use one of {list(AGGREGATES)}, got {aggregate!r}")
+        raise _fail(path, at("aggregate"), "aggregate", f"use one of {list(AGGREGATES)}, got {preview(aggregate)}")
     value = pct = None
     if op in (">=", "<="):
         if "value" not in raw:
@@ -197,15 +209,18 @@ def _localize(raw: Any, path: Path, line: int) -> LocalizeSettings | None:
         raise _fail(path, line, "localize", f"expected true or a mapping with {sorted(LOCALIZE_KEYS)}")
     kwargs = {}
     for k, v in raw.items():
+        def where(msg, k=k):
+            return _fail(path, raw.key_lines.get(k, line), f"localize.{k}", msg)
         if k == "pair_metric":
             if v not in PAIR_METRICS:
-                raise _fail(path, raw.key_lines.get(k, line), "localize.pair_metric",
-                            f"expected one of {', '.join(PAIR_METRICS)}, got {v!r}")
+                raise where(f"expected one of {', '.join(PAIR_METRICS)}, got {preview(v)}")
             kwargs[k] = v
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise _fail(path, raw.key_lines.get(k, line), f"localize.{k}", "expected a number >= 0")
-        kwargs[k] = float(v)
+        if isinstance(v, str):   # a quoted number is not a setting
+            raise where(f"expected a finite number >= 0, got {preview(v)}")
+        kwargs[k] = _size_or_number(str(k), v, where)
+        if kwargs[k] < 0:
+            raise where("expected a finite number >= 0")
     return LocalizeSettings(**kwargs)
 
 

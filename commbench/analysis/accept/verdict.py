@@ -15,6 +15,9 @@ from commbench.runfolder.reader import Run
 from commbench.runfolder.schema import TIME_COLUMNS
 from commbench.units import format_size
 
+# within_pct_of compares the run and the baseline on the points both hold (these columns, where
+# both runs have them), never on two different sets of points.
+POINT_KEY = ("family", "op", "backend", "variant", "dtype", "size_bytes", "world_size", "in_place", "timing")
 # Direction of "worse" for within_pct_of; other metrics are judged two-sided.
 HIGHER_IS_BETTER = ("_gbps", "tokens_per_s", "msgs_per_s")
 LOWER_IS_BETTER = tuple(TIME_COLUMNS)
@@ -104,14 +107,35 @@ def evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
     if base_ok.empty:
         return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
                        "the selector matched no ok rows in the baseline run")
+    ok, base_ok = _shared_points(ok, base_ok)
+    if ok.empty:
+        return Verdict(rule.name, "rule", False, desc, f"within {rule.pct:g}% of baseline",
+                       "no comparable points: the selected ok rows of the run and of the baseline share no "
+                       f"point ({', '.join(c for c in POINT_KEY if c in run.results.columns)})")
+    value, where = _aggregate(ok, rule)
     base_value, _ = _aggregate(base_ok, rule)
-    change = (value / base_value - 1.0) * 100.0 if base_value else math.inf
+    if math.isnan(value) or math.isnan(base_value) or base_value == 0:
+        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+                       f"no comparison possible: baseline {rule.metric} is {base_value:.4g} on the shared points")
+    change = (value / base_value - 1.0) * 100.0
     sign = 0 if rule.two_sided else _direction(rule.metric)
     worse_by = -change if sign == 1 else change if sign == -1 else abs(change)
     passed = worse_by <= rule.pct
     reason = f"{value:.4g}{where} vs baseline {base_value:.4g}: {change:+.1f}%"
     return Verdict(rule.name, "rule", passed, f"{value:.4g}",
                    f"within {rule.pct:g}% of {base_value:.4g}", reason)
+
+
+def _shared_points(rows: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of each side whose point (POINT_KEY columns both have) the other side also has."""
+    cols = [c for c in POINT_KEY if c in rows.columns and c in base.columns]
+    if not cols:
+        return rows, base
+
+    def keys(df: pd.DataFrame) -> pd.Series:
+        return df[cols].astype(str).agg("|".join, axis=1) if len(df) else pd.Series([], dtype=str)
+    k_rows, k_base = keys(rows), keys(base)
+    return rows[k_rows.isin(set(k_base))], base[k_base.isin(set(k_rows))]
 
 
 def row_verdicts(run: Run, require_all_ok: bool) -> list[Verdict]:

@@ -7,7 +7,7 @@ from . import tables
 from .document import Document
 from ...runfolder.reader import Run
 from .moe_layer import add_section as add_moe_layer_section
-from .plots import figure_png, metric_figure
+from .plots import figure_png, metric_figure, plot_title
 
 
 def combined(runs: list[Run]) -> pd.DataFrame:
@@ -34,12 +34,16 @@ def build_report(runs: list[Run]) -> Document:
              f"busbw over sizes; small-message latency is the median time at the largest size "
              f"<= {tables.SMALL_MESSAGE_BYTES} B.")
     sec.table(tables.summary(df), "no ok points")
+    from ...sysinfo.load import busy_reasons
+
+    if any(busy_reasons(r.meta.get("machine_load")) for r in runs):
+        sec.text("Warning: the machine was busy during a run (see Warnings): its times may be noisy or slow.")
 
     sec = doc.section("Curves")
     sec.text("One panel per op; one line per run/backend/variant (and dtype, in_place, world "
              "size, timing where they vary). Only ok rows. Log axes; busbw 0 (one rank) is not drawn.")
     for metric, name in (("busbw_gbps", "busbw.png"), ("time_us", "time.png")):
-        fig = metric_figure(df, metric)
+        fig = metric_figure(df, metric, plot_title(df, [r.meta for r in runs]))
         sec.image(figure_png(fig) if fig is not None else None, f"{metric} vs size", name)
 
     _training_section(doc, df)
@@ -58,6 +62,13 @@ def build_report(runs: list[Run]) -> Document:
         sec.sub(run.label).table(tables.metadata(run.meta), "no run.json")
 
     sec = doc.section("Warnings")
+    from ...sysinfo.load import describe
+
+    busy = [w for w in (describe(r.label, r.meta) for r in runs) if w]
+    if busy:
+        sub = sec.sub("Busy machine")
+        for w in busy:
+            sub.text(w)
     sub = sec.sub("Unstable points")
     sub.text(f"ok points whose p90 time is more than {tables.UNSTABLE_P90_OVER_MEDIAN}x the "
              "median: the median hides a slow tail; rerun with more iterations or find the noise.")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
 PARTS = (("dispatch_us", "dispatch", "#4c72b0"), ("expert_us", "experts", "#55a868"),
          ("combine_us", "combine", "#c44e52"))

@@ -8,11 +8,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # never needs a display; safe on compute nodes and in CI
-import matplotlib.pyplot as plt
-import pandas as pd
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+# Labels carry user text (run folder names, env values such as `a$_$b`): never read it as math.
+matplotlib.rcParams["text.parse_math"] = False
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from commbench.units import format_size
+from commbench.units import format_size  # noqa: E402
 
 # Columns that may tell two curves of one op apart; only those that vary get into labels.
 LINE_COLUMNS = ("run", "family", "bench", "backend", "variant", "dtype", "in_place",
@@ -78,8 +80,43 @@ def _size_axis(ax, sizes: list[int]) -> None:
     ax.tick_params(axis="x", labelrotation=45)
 
 
+LEGEND_INSIDE_MAX = 4   # more lines than this: one legend for the figure, right of the panels
+
+
+def plot_title(df: pd.DataFrame, metas: list[dict] | None = None) -> str:
+    """What a plot shows and where it came from: suite(s), ranks, hosts, date(s)."""
+    def joined(values, most: int = 3) -> str:
+        vals = [str(v) for v in dict.fromkeys(values) if str(v) not in ("", "nan", "None")]
+        return ", ".join(vals[:most]) + (f" +{len(vals) - most}" if len(vals) > most else "")
+
+    parts = []
+    if "suite" in df.columns:
+        parts.append(joined(df["suite"]))
+    if "world_size" in df.columns:
+        sizes = sorted({int(v) for v in pd.to_numeric(df["world_size"], errors="coerce").dropna()})
+        if sizes:
+            parts.append(f"{joined(sizes)} rank{'s' if sizes != [1] else ''}")
+    metas = [m for m in metas or [] if m]
+    hosts = [h for m in metas for h in (m.get("hosts") or [])]
+    if hosts:
+        parts.append(joined(hosts))
+    dates = [str(m.get("started_utc", ""))[:16].replace("T", " ") for m in metas if m.get("started_utc")]
+    if dates:
+        parts.append(joined(dates, most=2) + " UTC")
+    return " | ".join(p for p in parts if p)
+
+
+def _colors(labels: list[str]) -> dict[str, object]:
+    """One color per line label, the same in every panel (a figure legend must match them all)."""
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    return {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+
+
 def metric_figure(df: pd.DataFrame, metric: str, title: str = ""):
-    """One figure: a panel per op, a line per distinct line key. Returns a Figure or None."""
+    """One figure: a panel per op, a line per distinct line key. Returns a Figure or None.
+
+    Up to LEGEND_INSIDE_MAX lines a panel carries its own legend; with more, one legend for the
+    whole figure sits right of the panels, so it never covers a curve."""
     rows = ok_rows(df)
     if rows.empty or metric not in rows.columns:
         return None
@@ -91,26 +128,34 @@ def metric_figure(df: pd.DataFrame, metric: str, title: str = ""):
     nrows = math.ceil(len(ops) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
     ylabel = METRICS.get(metric, (metric, ""))[0]
-    for ax, op in zip(axes.flat, ops):
+    panels = []
+    cols = line_columns(rows)   # one labelling for the figure: a line is named alike in every panel
+    for op in ops:
         sub = rows[rows["op"].astype(str) == op]
-        cols = line_columns(sub)
-        drawn = 0
+        lines = []
         for key, line in sub.groupby(cols, sort=True, dropna=False) if cols else [((), sub)]:
             # Several rows per size (a parameter sweep not in the label): plot the median.
             pts = line.groupby("size_bytes")[metric].median().sort_index()
             pts = pts[pts > 0]  # log axis: busbw is 0 on one rank, as in nccl-tests
-            if pts.empty:
-                continue
-            ax.plot(pts.index, pts.values, marker="o", markersize=3, label=_label(key, cols))
-            drawn += 1
+            if not pts.empty:
+                lines.append((_label(key, cols), pts))
+        panels.append((op, sub, lines))
+    labels = list(dict.fromkeys(lab for _, _, lines in panels for lab, _ in lines))
+    colors = _colors(labels)
+    outside = len(labels) > LEGEND_INSIDE_MAX
+    handles = {}
+    for ax, (op, sub, lines) in zip(axes.flat, panels):
+        for lab, pts in lines:
+            handles[lab], = ax.plot(pts.index, pts.values, marker="o", markersize=3, label=lab, color=colors[lab])
         _size_axis(ax, list(sub["size_bytes"]))
         ax.set_title(op)
         ax.set_xlabel("size")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
-        if drawn:
+        if lines:
             ax.set_yscale("log")
-            ax.legend(fontsize=7)
+            if not outside:
+                ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, f"no positive {metric}", ha="center", va="center",
                     transform=ax.transAxes)
@@ -119,23 +164,28 @@ def metric_figure(df: pd.DataFrame, metric: str, title: str = ""):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    if outside:
+        fig.legend([handles[lab] for lab in labels if lab in handles], [lab for lab in labels if lab in handles],
+                   loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     return fig
 
 
 def figure_png(fig) -> bytes:
-    """Render a figure to PNG bytes and free it."""
+    """Render a figure to PNG bytes (legends outside the panels included) and free it."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
 
-def write_run_plots(df: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Write busbw-vs-size and time-vs-size PNGs for the ok rows of a run; return the paths."""
+def write_run_plots(df: pd.DataFrame, out_dir: Path, meta: dict | None = None) -> list[Path]:
+    """Write busbw-vs-size and time-vs-size PNGs for the ok rows of a run; return the paths.
+    ``meta`` (run.json) gives the title its hosts and date."""
     out_dir = Path(out_dir)
     written: list[Path] = []
+    title = plot_title(df, [meta] if meta else [])
     for metric, (_label_txt, filename) in METRICS.items():
-        fig = metric_figure(df, metric)
+        fig = metric_figure(df, metric, title)
         if fig is None:
             continue
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from commbench.sysinfo.machine import CREDENTIAL_NAME
 from commbench.units import format_size
 
 # A point is unstable when its p90 is more than this factor above its median:
@@ -97,8 +98,16 @@ def metadata(meta: dict) -> pd.DataFrame:
         if key in meta and meta[key] not in (None, "", [], {}):
             value = meta[key]
             rows.append((key, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
-    for k, v in sorted((meta.get("env") or {}).items()):
+    env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
+    withheld = [str(k) for k in meta.get("env_withheld") or [] if isinstance(k, str)]
+    for k, v in sorted(env.items(), key=lambda kv: str(kv[0])):
+        if CREDENTIAL_NAME.search(str(k)):   # a run.json written before names were withheld
+            withheld.append(str(k))
+            continue
         rows.append((f"env {k}", str(v)))
+    if withheld:
+        rows.append(("env withheld", ", ".join(sorted(set(withheld)))
+                     + " (names that look like credentials; their values are never recorded)"))
     for launch in meta.get("launches") or []:
         rows.append((f"launch {launch.get('id')}",
                      f"ranks={launch.get('ranks')} status={launch.get('status')} "

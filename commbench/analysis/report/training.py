@@ -7,8 +7,8 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
 NEEDED = ("step_us", "compute_us", "comm_us", "exposed_comm_us")
 # besides the strategy, what may tell two bars of one op apart (shown only when it varies)

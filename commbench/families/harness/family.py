@@ -1,9 +1,12 @@
-"""Harness self-checks: MPI barrier latency, and deliberate hang/crash Cases.
+"""Harness self-checks: MPI barrier latency, a known-length spin, and deliberate hang/crash Cases.
 
-`barrier` is a real measurement (the control plane's round trip). `hang` and
-`crash` make one rank misbehave so the watchdog and failure paths can be seen
-working: a `hang` row must come back `timeout`, a `crash` row `failed`, and the
-Cases after them must still run.
+`barrier` is a real measurement (the control plane's round trip). `spin` busy-waits a known time
+on every rank (size_bytes x spin_ns_per_byte nanoseconds, stretched by `slow_pct`), so a test can
+slow one op by an exact amount and check that `compare` finds it; its check counts spins that
+ended early. `hang`, `crash` and `fail` make one rank misbehave so the watchdog and failure paths
+can be seen working: a `hang` row must come back `timeout`, a `crash` row (the process exits) and
+a `fail` row (one rank's set-up raises, the processes live on) `failed`, and the Cases after them must
+still run.
 """
 from __future__ import annotations
 
@@ -20,23 +23,53 @@ class HarnessState(CaseState):
     op: str
     world: object
     victim: int
+    spin_s: float = 0.0
+    early: int = 0       # spins that returned before their time (the spin's check)
 
 
 class Harness(Family):
     name = "harness"
-    summary = "control-plane barrier latency and deliberate hang/crash Cases (watchdog self-check)"
-    ops = ("barrier", "hang", "crash")
+    summary = "control-plane barrier latency, a known-length spin, deliberate hang/crash/fail Cases (self-checks)"
+    ops = ("barrier", "spin", "hang", "crash", "fail")
     backends = ("mpi",)
     dtypes = ("int32",)
     default_dtype = "int32"
     needs_gpu = False
-    params = {"victim_rank": Param(-1, (int,), "rank that hangs or crashes (-1: the last rank)")}
+    needs_torch = False
+    params = {
+        "victim_rank": Param(-1, (int,), "rank that hangs, crashes or fails (-1: the last rank)"),
+        "spin_ns_per_byte": Param(1.0, (int, float), "spin: nanoseconds of busy-waiting per byte of size"),
+        "slow_pct": Param(0.0, (int, float), "spin: stretch every spin by this percent (a known "
+                                               "slowdown for testing compare; 0 in real suites)"),
+    }
+
+    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
+        params = bench.get("params") or {}
+        out = []
+        for key in ("spin_ns_per_byte", "slow_pct"):
+            vals = params.get(key, [])
+            for v in vals if isinstance(vals, list) else [vals]:
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+                    out.append((f"params.{key}", f"must be >= 0, got {v}"))
+        return out
 
     def setup(self, case: Case, ctx: RankContext) -> HarnessState:
         victim = case.param("victim_rank", -1) % ctx.world.size
-        return HarnessState(case.op, ctx.world, victim, count=1)
+        if case.op == "fail" and ctx.world.rank == victim:
+            raise RuntimeError("harness fail: this rank's set-up raised on purpose")
+        spin_s = (case.size_bytes * float(case.param("spin_ns_per_byte", 1.0)) * 1e-9
+                  * (1.0 + float(case.param("slow_pct", 0.0)) / 100.0))
+        return HarnessState(case.op, ctx.world, victim, spin_s=spin_s, count=1)
 
     def run(self, state: HarnessState) -> None:
+        if state.op == "spin":
+            start = time.perf_counter()
+            end = start + state.spin_s
+            now = start
+            while now < end:
+                now = time.perf_counter()
+            state.early += now - start < state.spin_s
+            return
         if state.op == "hang" and state.world.rank == state.victim:
             while True:
                 time.sleep(1)
@@ -45,7 +78,7 @@ class Harness(Family):
         state.world.barrier()
 
     def check(self, state: HarnessState) -> int:
-        return 0
+        return state.early
 
     def traffic(self, case: Case, world_size: int) -> Traffic:
         return Traffic(0, 0.0)

@@ -1,0 +1,64 @@
+"""Several run folders as one side of a comparison: a folder of repeats (`run --repeat N` writes
+OUT/repeat-1 ... OUT/repeat-N) or run folders named one by one (`compare A1 A2 vs B1 B2`)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from commbench.errors import CommbenchError
+from commbench.runfolder.reader import Run, is_run_folder, load_run
+
+REPEAT_PREFIX = "repeat-"
+SEPARATOR = "vs"
+
+
+def repeat_dirs(path: Path) -> list[Path]:
+    """The run folders of a repeat set, in repeat order ([] when ``path`` is not one)."""
+    path = Path(path)
+    if not path.is_dir() or is_run_folder(path):
+        return []
+    found = []
+    for child in path.iterdir():
+        m = re.fullmatch(rf"{REPEAT_PREFIX}(\d+)", child.name)
+        if m and is_run_folder(child):
+            found.append((int(m.group(1)), child))
+    return [p for _, p in sorted(found)]
+
+
+def expand(paths) -> list[Path]:
+    """Run folders named by ``paths``: each a run folder or a repeat set."""
+    out = []
+    for p in map(Path, paths):
+        out += repeat_dirs(p) or [p]
+    return out
+
+
+def load_side(paths) -> list[Run]:
+    """Load every run folder of one side (a RunFolderError names a path that is not one)."""
+    return [load_run(p) for p in expand(paths)]
+
+
+def split_sides(args) -> tuple[list[Path], list[Path]]:
+    """`compare BASE NEW` or `compare B1 B2 ... vs N1 N2 ...` -> (base paths, new paths)."""
+    args = [Path(a) for a in args]
+    marks = [i for i, a in enumerate(args) if str(a) == SEPARATOR]
+    if not marks:
+        if len(args) != 2:
+            raise CommbenchError(
+                f"compare takes BASE NEW, or several run folders per side separated by "
+                f"'{SEPARATOR}' (compare B1 B2 {SEPARATOR} N1 N2); got {len(args)} path(s) and no "
+                f"'{SEPARATOR}'. (A folder literally named '{SEPARATOR}' is ./{SEPARATOR}.)")
+        return [args[0]], [args[1]]
+    if len(marks) > 1 or marks[0] == 0 or marks[0] == len(args) - 1:
+        raise CommbenchError(f"compare: put '{SEPARATOR}' once, between the BASE and the NEW run folders "
+                             f"(compare B1 B2 {SEPARATOR} N1 N2).")
+    return args[:marks[0]], args[marks[0] + 1:]
+
+
+def side_label(runs: list[Run]) -> str:
+    if len(runs) == 1:
+        return runs[0].label
+    parents = {r.path.parent for r in runs}
+    if len(parents) == 1 and all(r.path.name.startswith(REPEAT_PREFIX) for r in runs):
+        return f"{runs[0].path.parent.name} ({len(runs)} repeats)"
+    return f"{runs[0].label} + {len(runs) - 1} more"

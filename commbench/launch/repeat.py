@@ -1,0 +1,65 @@
+"""`run --repeat N`: the suite N times back to back, each a complete run folder OUT/repeat-k
+(docs/results.md), so `compare` can tell a change from the run-to-run noise of the machine."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import CommbenchError
+from ..world import inside_mpi_job
+
+REPEAT_PREFIX = "repeat-"   # the same name commbench.analysis.runsets reads
+
+
+def repeat_folders(out: Path, n: int) -> list[Path]:
+    return [Path(out) / f"{REPEAT_PREFIX}{k}" for k in range(1, n + 1)]
+
+
+def _on_root(fn):
+    """fn() once, on rank 0 of an MPI job (every rank gets its result or the same error), or
+    plainly outside one: ranks must not race to look at folders rank 0 is creating."""
+    if not inside_mpi_job():
+        return fn()
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    outcome = None
+    if comm.Get_rank() == 0:
+        try:
+            outcome = ("ok", fn())
+        except CommbenchError as exc:
+            outcome = ("error", str(exc))
+    status, value = comm.bcast(outcome, root=0)
+    if status == "error":
+        raise CommbenchError(value)
+    return value
+
+
+def _check(out: Path, n: int, resume: bool) -> None:
+    if out.exists() and (out / "results.csv").exists():
+        raise CommbenchError(f"{out} is a run folder; --repeat needs a folder for repeat-1 ... repeat-{n} "
+                             "(choose another --out).")
+    if out.exists() and not resume and any(p.exists() for p in repeat_folders(out, n)):
+        raise CommbenchError(f"{out} already holds repeats: pass --resume to continue them, or choose "
+                             "another --out.")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def run_repeats(suite_path: Path, out: Path | None, n: int, *, resume: bool, force: bool, run_one) -> list[Path]:
+    """Run the suite ``n`` times; ``run_one(suite, out_dir, resume)`` runs one repeat. A --resume
+    continues the repeats that exist and starts the ones that do not."""
+    if out is None:
+        if resume or inside_mpi_job():
+            raise CommbenchError("--repeat with --resume, or inside an MPI job, needs --out: the folder "
+                                 "that holds (or will hold) repeat-1 ... repeat-N.")
+        from ..runfolder import new_run_dir
+        from ..suite import load_suite
+        from .prepare import DEFAULT_RESULTS
+
+        out = new_run_dir(DEFAULT_RESULTS, load_suite(suite_path).name)
+    out = Path(out)
+    _on_root(lambda: _check(out, n, resume))
+    done = []
+    for folder in repeat_folders(out, n):
+        again = _on_root(lambda f=folder: resume and f.exists() and any(f.iterdir()))
+        done.append(Path(run_one(suite_path, folder, again)))
+    return done

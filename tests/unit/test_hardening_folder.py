@@ -1,0 +1,259 @@
+"""Run-folder integrity (issue 21, item 5): one writer per folder, samples before the row that claims
+them, all-or-nothing appends, a full disk ends the run with exit 1 and a consistent folder, and a
+stopped rank is a `timeout` row however it wakes."""
+from __future__ import annotations
+
+import csv
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from commbench.cli import cli
+from commbench.errors import StorageFull
+from commbench.runfolder import RunFolder
+from commbench.runfolder.lock import LOCK_NAME, FolderLock, RunFolderBusy
+from commbench.runfolder.reader import load_run
+from tests.conftest import needs_mpi
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def row(cid: str, status: str = "ok") -> dict:
+    return {"case_id": cid, "status": status, "time_us": 1.0, "wrong": 0}
+
+
+def sample(cid: str, i: int) -> dict:
+    return {"case_id": cid, "rank": 0, "host": "h", "gpu": "cpu", "iteration": i, "time_us": 1.0}
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+# -- the lock ---------------------------------------------------------------------------------------
+
+HOLD = textwrap.dedent("""\
+    import sys, time
+    from commbench.runfolder.lock import FolderLock
+    FolderLock(sys.argv[1]).acquire()
+    print("held", flush=True)
+    time.sleep(60)
+    """)
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE, text=True,
+                              env=_env())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunFolderBusy) as info:
+            FolderLock(run).acquire()
+        assert f"pid {holder.pid}" in str(info.value)
+        suite = tmp_path / "s.yaml"
+        suite.write_text("name: s\nbenchmarks: [{name: b, family: harness, ops: [barrier], ranks: 2}]\n")
+        result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(run), "--resume", "--quiet"])
+        assert result.exit_code == 2, result.output
+        assert "being written by another commbench run" in result.output and f"pid {holder.pid}" in result.output
+        assert not (run / "results.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died: its lock went with it, the file it left is taken over
+    lock = FolderLock(run).acquire()
+    assert f"pid {holder.pid}" in lock.previous and f"pid {os.getpid()}" in (run / LOCK_NAME).read_text()
+    lock.release()
+
+
+def test_a_stale_lock_file_does_not_block_a_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK_NAME).write_text("pid 999999 on host gone since 2020-01-01T00:00:00+00:00\n")
+    folder = RunFolder(run)
+    folder.claim(resume=False)            # only a lock file: the folder counts as empty
+    assert "999999" in folder._lock.previous
+    folder.release()
+
+
+# -- appends: samples first, all or nothing ---------------------------------------------------------
+
+def test_a_failed_append_leaves_no_half_row_and_no_half_samples(tmp_path, monkeypatch):
+    f = RunFolder(tmp_path)
+    f.create(resume=False)
+    f.append_samples([sample("a", i) for i in range(3)])
+    f.append_row(row("a"))
+    sizes = {p.name: p.stat().st_size for p in tmp_path.glob("*.*")}
+    from commbench.runfolder import writer
+
+    real = writer._append
+
+    def half_then_full(path, data):   # half the bytes land, then the disk is full
+        real(path, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer, "_append", half_then_full)
+    with pytest.raises(StorageFull):
+        f.append_samples([sample("b", i) for i in range(3)])
+    with pytest.raises(StorageFull) as info:
+        f.append_row(row("b"))
+    assert "--resume" in str(info.value)
+    assert {p.name: p.stat().st_size for p in tmp_path.glob("*.*")} == sizes
+    monkeypatch.setattr(writer, "_append", real)
+    f.append_samples([sample("b", i) for i in range(3)])
+    f.append_row(row("b"))
+    assert [r["case_id"] for r in f.latest_rows()] == ["a", "b"]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_csv_that_cannot_be_rewritten_takes_the_row_back(tmp_path, monkeypatch):
+    """The JSONL line landed but the CSV rewrite hit a full disk: the row is undone in both."""
+    f = RunFolder(tmp_path)
+    f.create(resume=False)
+    f.append_row(row("a"))
+    from commbench.runfolder import writer
+
+    def full(path, data):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+
+    monkeypatch.setattr(writer, "atomic_write", full)
+    with pytest.raises(StorageFull):
+        f.append_row(row("a", "wrong"))       # a rerun rewrites the CSV
+    assert [r["status"] for r in RunFolder(tmp_path).latest_rows()] == ["ok"]
+    assert list(csv.DictReader(open(tmp_path / "results.csv")))[0]["status"] == "ok"
+
+
+def test_resume_repair_drops_unclaimed_samples_cut_lines_and_temporary_files(tmp_path):
+    f = RunFolder(tmp_path)
+    f.create(resume=False)
+    f.append_samples([sample("a", i) for i in range(2)])
+    f.append_row(row("a"))
+    f.append_samples([sample("b", i) for i in range(2)])   # killed before b's row
+    with open(tmp_path / "samples.csv", "a") as fh:
+        fh.write("c,0,h,cp")                               # killed mid-line
+    with open(tmp_path / "results.jsonl", "a") as fh:
+        fh.write('[1, 2]\n{"no_case_id": 1}\n"text"\n')    # valid JSON that is not a row
+    (tmp_path / ".run.json.tmp").write_text("{")
+    f2 = RunFolder(tmp_path)
+    f2.claim(resume=True)
+    f2.repair()
+    f2.release()
+    ids = Counter(r["case_id"] for r in csv.DictReader(open(tmp_path / "samples.csv")))
+    assert ids == {"a": 2}
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert [r["case_id"] for r in RunFolder(tmp_path).latest_rows()] == ["a"]
+
+
+# -- whole runs (MPI) -------------------------------------------------------------------------------
+
+SMALL = """name: s
+defaults: {ranks: 2, sizes: [64B, 1KiB, 4KiB], warmup: 1, iters: 50, timeout_s: 60}
+benchmarks:
+  - {name: b, family: collectives, backends: [mpi], ops: [all_reduce, broadcast]}
+"""
+
+
+@needs_mpi
+def test_resume_pointed_at_the_folders_own_suite(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL.replace("iters: 50", "iters: 2").replace("[64B, 1KiB, 4KiB]", "[64B]"))
+    run = tmp_path / "run"
+    first = subprocess.run([sys.executable, "-m", "commbench", "run", str(suite), "--out", str(run), "--quiet"],
+                           env=_env(), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = subprocess.run([sys.executable, "-m", "commbench", "run", str(run / "suite.yaml"), "--out", str(run),
+                            "--resume", "--quiet"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Traceback" not in again.stderr
+    assert (run / "suite.yaml").read_text() == suite.read_text()
+
+
+@needs_mpi
+def test_a_full_disk_ends_the_run_with_exit_1_and_a_consistent_folder(tmp_path):
+    """Rank 0 may write at most 12 000 bytes per file (RLIMIT_FSIZE, set in the ranks only): its
+    samples.csv fills up after two Cases. The run stops with exit 1 and a message; every stored
+    row has all its samples; --resume with room finishes the rest."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent("""\
+        import os, resource, signal
+        if os.environ.get("OMPI_COMM_WORLD_RANK") is not None and os.environ.get("TEST_FSIZE"):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails with EFBIG
+            n = int(os.environ["TEST_FSIZE"])
+            resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+        """))
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SMALL)
+    run = tmp_path / "run"
+    env = {**_env(), "TEST_FSIZE": "12000"}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    argv = [sys.executable, "-m", "commbench", "run", str(suite), "--out", str(run), "--quiet"]
+    full = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 1, full.stdout + full.stderr
+    assert "is full" in full.stderr and "--resume" in full.stderr and "Traceback" not in full.stderr
+    stored = load_run(run)                               # the reader accepts the folder as it is
+    assert 0 < len(stored.results) < 6 and set(stored.results["status"]) == {"ok"}
+    per_case = stored.samples.groupby("case_id").size().to_dict()
+    assert per_case == {cid: 100 for cid in stored.results["case_id"]}
+    assert not list(run.glob(".*.tmp"))
+    env.pop("TEST_FSIZE")
+    done = subprocess.run(argv + ["--resume"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    final = load_run(run)
+    assert len(final.results) == 6
+    assert final.samples.groupby("case_id").size().to_dict() == {cid: 100 for cid in final.results["case_id"]}
+
+
+@needs_mpi
+def test_a_stopped_rank_is_a_timeout_however_it_wakes(tmp_path):
+    """Rank 1 is stopped (SIGSTOP) inside the first Case and woken (SIGCONT) after the watchdog's
+    verdict, while it asks the ranks for their stacks: rank 0 then finishes and stores the Case and
+    starts the next. That late row must not count: the Case is `timeout`, the next runs once."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: s
+        defaults: {ranks: 2, warmup: 1, timeout_s: 4, sizes: [4B]}
+        benchmarks:
+          - {name: long, family: harness, ops: [barrier], iters: 20000}
+          - {name: short, family: harness, ops: [barrier], iters: 5}
+        """))
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "commbench", "run", str(suite), "--out", str(run), "--quiet"],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        progress = run / "logs" / "launch-0.progress.jsonl"
+        first = _wait(lambda: progress.exists() and progress.read_text().startswith('{"event": "start"')
+                      and json.loads(progress.read_text().splitlines()[0])["case_id"])
+        rank1 = int((run / "logs" / "launch-0.rank1.pid").read_text().split()[1])
+        os.kill(rank1, signal.SIGSTOP)
+        stacks = run / "logs" / "launch-0.rank0.stacks.txt"
+        _wait(lambda: stacks.exists() and stacks.stat().st_size > 0)
+        os.kill(rank1, signal.SIGCONT)                    # after the verdict, before the kill
+        out = proc.communicate(timeout=300)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, out
+    rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert [(r["bench"], r["status"]) for r in rows] == [("long", "timeout"), ("short", "ok")], rows
+    samples = Counter(r["case_id"] for r in csv.DictReader(open(run / "samples.csv")))
+    assert first not in samples and list(samples.values()) == [10]
+
+
+def _wait(cond, timeout_s: float = 120.0):
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.005)
+    raise AssertionError("timed out waiting")
