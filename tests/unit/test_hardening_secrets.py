@@ -32,6 +32,7 @@ def test_run_json_withholds_credentials(tmp_path, monkeypatch):
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("NCCL_ALGO", "Ring")
+    (tmp_path / "s.yaml").write_text("name: s\n")  # run.json records the suite file's hash
     meta = base_meta(Suite(name="s", path=tmp_path / "s.yaml"), "T0")
     text = json.dumps(meta)
     assert "s3cr3t" not in text
