@@ -196,7 +196,7 @@ def list_cmd():
     t = Table(title="suite keys")
     name_column(t, "key", [*TOP_KEYS, *BENCH_KEYS])
     name_column(t, "where", ["top level", "benchmark / defaults"])
-    t.add_column("meaning", ratio=1)
+    t.add_column("meaning", ratio=1, overflow="fold")
     for k, h in TOP_KEYS.items():
         t.add_row(k, "top level", h)
     for k, h in BENCH_KEYS.items():
@@ -208,7 +208,7 @@ def list_cmd():
         # names listed here are typed into suites: wrap between them, never inside one
         words = [*fam.ops, *fam.backends, *fam.dtypes, *(repr(p.default) for p in fam.params.values())]
         ft.add_column("values / default", min_width=max(len(w) + 1 for w in words))
-        ft.add_column("help", ratio=1)
+        ft.add_column("help", ratio=1, overflow="fold")   # a long word folds, never cut
         ft.add_row("ops", ", ".join(fam.ops), "")
         ft.add_row("backends", ", ".join(fam.backends), "")
         ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")

@@ -195,14 +195,13 @@ class Family:
         GPU count, SM count and transport are found in ``setup`` (raise SkipCase there)."""
         return None
 
-    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
-        """Checks on a suite benchmark (merged with defaults): list of (field, message).
-
-        The default checks every value of every parameter against its Param; a family that
-        needs more calls this and adds to it."""
+    def bench_problems(self, bench: dict) -> list[tuple[str, str]]:
+        """Every problem of a suite benchmark (merged with defaults): list of (field, message).
+        Each value of each parameter is checked against its Param (for every family: an
+        override of ``validate_bench`` cannot drop it), then the family's own checks."""
         problems = []
         params = bench.get("params") or {}
-        for name, value in params.items():
+        for name, value in (params.items() if isinstance(params, dict) else ()):
             spec = self.params.get(name)
             if spec is None:
                 continue   # unknown names are the suite loader's error
@@ -210,7 +209,12 @@ class Family:
                 msg = spec.problem(name, v)
                 if msg:
                     problems.append((f"params.{name}", msg))
-        return problems
+        return problems + list(self.validate_bench(bench))
+
+    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
+        """The family's own checks on a suite benchmark beyond each Param's (which
+        ``bench_problems`` applies first): list of (field, message). Default: none."""
+        return []
 
     def finalize_case(self, case: Case, explicit: frozenset) -> Case:
         """The Case as it will run, given the parameter names the suite wrote itself

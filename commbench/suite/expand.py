@@ -243,7 +243,7 @@ def _env_lists(b: _Bench) -> dict[str, list[str]]:
 
 def _param_lists(b: _Bench, fam: Family, ranks_list: list[tuple[int, int | None]]) -> dict[str, list]:
     """Every family parameter's values (the default when the suite does not name it). Values
-    are checked against their Param by ``fam.validate_bench``."""
+    are checked against their Param by ``fam.bench_problems``."""
     params = b.get("params", {}) or {}
     if not isinstance(params, dict):
         b.add("params", "must be a mapping")
@@ -258,7 +258,7 @@ def _param_lists(b: _Bench, fam: Family, ranks_list: list[tuple[int, int | None]
         else:
             out[k] = as_list(v)
     # the family sees ranks resolved ('all' -> the GPU count) to judge shapes against them
-    for field_name, msg in fam.validate_bench({**b.m, "ranks": [r for r, _ in ranks_list]}):
+    for field_name, msg in fam.bench_problems({**b.m, "ranks": [r for r, _ in ranks_list]}):
         b.add(field_name, msg)
     return {k: out.get(k, [spec.default]) for k, spec in fam.params.items()}
 

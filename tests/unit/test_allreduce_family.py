@@ -55,8 +55,8 @@ def test_unsupported_reasons():
 
 
 def test_validate_bench():
-    assert FAMILY.validate_bench({"params": {"num_ctas": [16, 32], "threads_per_cta": 512}}) == []
-    problems = dict(FAMILY.validate_bench({"params": {"num_ctas": [0, 65], "threads_per_cta": 100}}))
+    assert FAMILY.bench_problems({"params": {"num_ctas": [16, 32], "threads_per_cta": 512}}) == []
+    problems = dict(FAMILY.bench_problems({"params": {"num_ctas": [0, 65], "threads_per_cta": 100}}))
     assert set(problems) == {"params.num_ctas", "params.threads_per_cta"}
 
 

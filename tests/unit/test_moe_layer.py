@@ -109,7 +109,7 @@ def test_other_ops_keep_their_cases(tmp_path):
           - name: d
             family: moe
             ops: [dispatch]
-            sizes: [512KiB]
+            sizes: [896KiB]
         """)
     c = load_suite(path, gpu_count=1).cases[0]
     names = dict(c.params)

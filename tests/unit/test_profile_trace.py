@@ -6,11 +6,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
 from commbench.profile import chrome_trace, nccl_records, plugin_build, store, timeline
+from commbench.runfolder.schema import COLUMNS
 from tests.unit.trace_format import validate_chrome_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +48,11 @@ def nccl_run(tmp_path_factory):
     store.append_timeline(run, [{"case_id": "warmup", "rank": 1, "host": init["host"], "iteration": 0,
                                  "start_us": min(e["ts"] for e in kernels),
                                  "end_us": max(e["ts"] + e["dur"] for e in kernels), "source": "nccl-kernel"}])
-    (run / "results.csv").write_text("case_id,op,status,world_size\nwarmup,all_reduce,ok,4\n")
+    row = {c: "" for c in COLUMNS}   # a full row of the results contract (docs/results.md)
+    row.update(suite="t", bench="b", case_id="warmup", family="collectives", op="all_reduce", backend="nccl",
+               variant="default", dtype="float32", size_bytes=1024, count=256, world_size=4, num_nodes=1,
+               ranks_per_node=4, warmup=1, iters=1, timing="events", time_us=1.0, wrong=0, status="ok")
+    pd.DataFrame([row]).to_csv(run / "results.csv", index=False)
     return run
 
 

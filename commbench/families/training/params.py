@@ -39,7 +39,7 @@ PARAMS: dict[str, Param] = {
     "overlap_param_gather": Param(True, (bool,), "distopt: all-gather updated parameters behind the "
                                   "next forward (false: before the step ends)"),
     # tp
-    "sequence_parallel": Param(False, (bool,), "tp: all-gather/reduce-scatter over the sequence "
+    "sequence_parallel": Param(False, (bool,), "tp: all-gather and reduce-scatter over the sequence "
                                "instead of all-reduces"),
     # cp
     "cp_comm": Param("p2p", (str,), "cp: p2p (ring), all_gather, a2a (Ulysses), a2a+p2p (hierarchical)",
