@@ -16,7 +16,7 @@ typedef int (*nccl_alltoall_t)(const void*, void*, size_t, int, void*, cudaStrea
 
 extern "C" {
 
-// Field order and types are mirrored by commbench/families/collectives/native.py (ctypes).
+// Field order and types are mirrored by commbench/families/collectives/nccl_native.py (ctypes).
 struct cb_nccl_api {
   nccl_allreduce_t all_reduce;
   nccl_allgather_t all_gather;
@@ -46,10 +46,24 @@ struct cb_nccl_op {
   int rank;
   int nranks;
   void* comm;
+  // Buffer rotation, as nccl-tests' startColl: call k uses send + shift and recv + shift with
+  // shift = shift_bytes * (k % steps), so consecutive iterations never find their data in L2
+  // (steps = 1: the same buffers every call). `calls` counts the calls made so far.
+  size_t shift_bytes;
+  size_t steps;
+  size_t calls;
 };
 
 int cb_nccl_enqueue(void* arg, cudaStream_t s) {
-  const cb_nccl_op* o = static_cast<const cb_nccl_op*>(arg);
+  cb_nccl_op* spec = static_cast<cb_nccl_op*>(arg);
+  cb_nccl_op local = *spec;  // this call's pointers (the spec keeps the base addresses)
+  const cb_nccl_op* o = &local;
+  if (spec->steps > 1) {
+    const size_t shift = spec->shift_bytes * (spec->calls % spec->steps);
+    local.send += shift;
+    local.recv += shift;
+  }
+  ++spec->calls;
   const cb_nccl_api* a = o->api;
   switch (o->kind) {
     case CB_ALL_REDUCE: return a->all_reduce(o->send, o->recv, o->count, o->dtype, o->redop, o->comm, s);

@@ -21,9 +21,10 @@ def test_sources_compile_for_sm90(name):
 
 
 def test_op_struct_layout_matches_the_c_struct():
-    # struct cb_nccl_op: pointer, int, 2 pointers, 2 size_t, 5 ints, pointer (x86-64: 80 bytes)
-    assert ctypes.sizeof(nccl_native._Op) == 80
+    # struct cb_nccl_op: pointer, int, 2 pointers, 2 size_t, 5 ints, pointer, 3 size_t (x86-64: 104 bytes)
+    assert ctypes.sizeof(nccl_native._Op) == 104
     assert nccl_native._Op.comm.offset == 72
+    assert nccl_native._Op.shift_bytes.offset == 80 and nccl_native._Op.calls.offset == 96
     assert ctypes.sizeof(nccl_native._Api) == 10 * ctypes.sizeof(ctypes.c_void_p)
     assert list(nccl_native.KINDS) == ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                                        "alltoall", "sendrecv"]
@@ -52,3 +53,60 @@ def test_nvshmem_op_struct_layout_and_kinds():
     assert native._kind("put", "nvshmem_device", False) == "none"
     assert native._kind("put_signal", "nvshmem_host", True) is None  # its expected value grows per launch
     assert native._kind("pingpong", "nvshmem_device", True) is None  # timed in the kernel
+
+
+@needs_nvcc
+def test_enqueue_rotates_buffers_as_nccl_tests(tmp_path, monkeypatch):
+    """Call k passes send/recv shifted by shift_bytes * (k % steps); steps 1 never shifts. The C
+    enqueue is driven with stand-in NCCL entry points that record the pointers they get."""
+    from commbench import jit
+
+    monkeypatch.setenv("COMMBENCH_JIT_CACHE", str(tmp_path))
+    lib = ctypes.CDLL(str(jit.build("nccl_enqueue", arch="sm_90")))
+    lib.cb_nccl_enqueue.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                             ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+    @proto
+    def fake_all_reduce(send, recv, count, dtype, redop, comm, stream):
+        seen.append((send, recv, count))
+        return 0
+
+    api = nccl_native._Api(ctypes.cast(fake_all_reduce, ctypes.c_void_p).value, *([None] * 9))
+    send, recv, shift = 1 << 20, 1 << 30, 4096
+    spec = nccl_native._Op(ctypes.pointer(api), nccl_native.KINDS["all_reduce"], send, recv, 1024, 4, 7, 0, 0,
+                           0, 1, None, shift, 3, 0)
+    for _ in range(7):
+        assert lib.cb_nccl_enqueue(ctypes.addressof(spec), None) == 0
+    assert [(s - send, r - recv) for s, r, _ in seen] == [(shift * (k % 3),) * 2 for k in range(7)]
+    assert {c for _, _, c in seen} == {1024} and spec.calls == 7 and spec.send == send
+    seen.clear()
+    spec.steps, spec.calls = 1, 0
+    lib.cb_nccl_enqueue(ctypes.addressof(spec), None)
+    lib.cb_nccl_enqueue(ctypes.addressof(spec), None)
+    assert seen == [(send, recv, 1024)] * 2
+
+
+@pytest.mark.parametrize("op,in_place", [("all_reduce", False), ("all_reduce", True), ("all_gather", False),
+                                         ("all_gather", True), ("reduce_scatter", True), ("alltoall", False)])
+def test_rotation_pool_slices_hold_the_same_input(op, in_place):
+    torch = pytest.importorskip("torch")
+    from commbench.families.collectives import buffers
+
+    n, rank, count = 4, 1, 64
+    plain = buffers.allocate(op, count, n, rank, "float32", "cpu", in_place)
+    largest = 4 * count * (1 if op == "all_reduce" else n)  # nccl-tests' max(sendBytes, expectedBytes)
+    rot = buffers.allocate(op, count, n, rank, "float32", "cpu", in_place, span_bytes=10 * largest + 5)
+    assert plain.steps == 1 and rot.steps == 10 and rot.shift_bytes == largest
+    assert torch.equal(rot.send, plain.send) and torch.equal(rot.recv, plain.recv)
+    elems = rot.shift_bytes // 4
+    for k in range(1, rot.steps):  # the k-th slice of each pool is the head slice, bit for bit
+        for head in (rot.send, rot.recv):
+            base = head.untyped_storage().data_ptr()
+            pool = torch.empty(0).set_(head.untyped_storage(), 0, (rot.steps * elems,))
+            off = (head.data_ptr() - base) // 4
+            assert torch.equal(pool[k * elems + off: k * elems + off + head.numel()], head)
+    # a span smaller than the buffers: no rotation, no extra memory
+    small = buffers.allocate(op, count, n, rank, "float32", "cpu", in_place, span_bytes=16)
+    assert small.steps == 1 and small.send.untyped_storage().nbytes() <= 4 * count * n

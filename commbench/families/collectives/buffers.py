@@ -22,6 +22,10 @@ class Buffers:
     result: object  # the view the op's output lands in (what check reads)
     count: int
     extra: dict = field(default_factory=dict)
+    # rotation pool (native nccl loop): call k of the timed loop uses send/recv shifted by
+    # shift_bytes * (k % steps); steps = 1 means the same buffers every call
+    shift_bytes: int = 0
+    steps: int = 1
 
 
 def _fill(buf, rank: int, offset: int = 0) -> None:
@@ -34,16 +38,41 @@ def _fill(buf, rank: int, offset: int = 0) -> None:
         buf[start:stop] = pattern.values(rank, idx).to(buf.dtype)
 
 
-def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in_place: bool) -> Buffers:
-    """Allocate and fill send/recv for ``op`` with nccl-tests' in-place aliasing (ops.OPS)."""
+def rotation_steps(op: str, count: int, n: int, elem_bytes: int, span_bytes: int) -> tuple[int, int]:
+    """(shift_bytes, steps) of a rotation through ``span_bytes``: the shift is the larger of the
+    send and receive buffers (nccl-tests' max(sendBytes, expectedBytes)), steps how many shifted
+    copies fit in the span (at least 1)."""
+    spec = OPS[op]
+    shift = count * elem_bytes * max(n if spec.send_chunks else 1, n if spec.recv_chunks else 1)
+    if shift <= 0 or span_bytes <= shift:
+        return shift, 1
+    return shift, span_bytes // shift
+
+
+def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in_place: bool,
+             span_bytes: int = 0) -> Buffers:
+    """Allocate and fill send/recv for ``op`` with nccl-tests' in-place aliasing (ops.OPS).
+
+    ``span_bytes`` > 0: each buffer is the head of a pool of ``steps`` slices ``shift_bytes``
+    apart, every slice holding the same verifiable input (rotation_steps), for timed loops that
+    must not reuse the previous iteration's data from L2 (nccl-tests shifts its buffers the same
+    way). The views, the check and the Python runners use the head slice only."""
     import torch
 
     spec, td = OPS[op], torch_dtype(dtype)
     mine = slice(rank * count, (rank + 1) * count)
     form = spec.in_place if in_place else None
+    elem = torch.empty((), dtype=td).element_size()
+    shift_bytes, steps = rotation_steps(op, count, n, elem, span_bytes)
+    pools = []  # (pool viewed as steps x slice, elements of the buffer at the head of each slice)
 
     def new(chunks: bool):
-        return torch.empty(count * (n if chunks else 1), dtype=td, device=device)
+        own = count * (n if chunks else 1)
+        if steps == 1:
+            return torch.empty(own, dtype=td, device=device)
+        pool = torch.empty(steps * (shift_bytes // elem), dtype=td, device=device)
+        pools.append((pool.view(steps, shift_bytes // elem), own))
+        return pool[:own]
 
     if form == "recv_slice":        # the send buffer is this rank's chunk of the output
         recv = new(spec.recv_chunks)
@@ -58,7 +87,9 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
     if recv is not send and form != "send_slice":
         recv.fill_(0)
     _fill(send, rank)
-    return Buffers(send, recv, recv, count)
+    for pool, own in pools:  # every slice gets the head's contents (inputs, zeroed outputs)
+        pool[1:, :own].copy_(pool[0, :own].expand(steps - 1, own))
+    return Buffers(send, recv, recv, count, shift_bytes=shift_bytes, steps=steps)
 
 
 def refill(op: str, bufs: Buffers, rank: int, in_place: bool) -> None:

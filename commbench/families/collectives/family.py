@@ -9,6 +9,10 @@ from ...measure.state import CaseState
 from ..base import Case, Family, Param, RankContext, Traffic
 from .ops import OPS, no_in_place_reason
 
+# Several times the L2 of current GPUs (H100/H200 50 MB, B200 126 MB), so a rotated send + receive
+# working set never fits in it
+ROTATION_SPAN_BYTES = 256 << 20
+
 
 @dataclass
 class CollectiveState(CaseState):
@@ -38,6 +42,11 @@ class Collectives(Family):
         "timed_loop": Param("native", (str,), "nccl backend: enqueue the timed batch from native code "
                             "(as nccl-tests) or from Python, one interpreter call per op",
                             choices=("native", "python")),
+        "buffer_span_bytes": Param(ROTATION_SPAN_BYTES, (int,), "nccl backend, native loop: consecutive "
+                                   "iterations use the buffers at offsets rotating through this many bytes "
+                                   "(as nccl-tests shifts them within its largest buffer), so no iteration "
+                                   "reads the previous one's data from L2; 0 reuses one buffer (cache-hot)",
+                                   range=(0, 1 << 40)),
     }
 
     def impossible(self, case: Case) -> tuple[str, str] | None:
@@ -74,7 +83,9 @@ class Collectives(Family):
             stream = torch.cuda.Stream() if case.backend == "nccl" else torch.cuda.current_stream()
         else:
             device = "cpu"
-        bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place)
+        native_loop = case.backend == "nccl" and case.param("timed_loop", "native") == "native"
+        span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)) if native_loop else 0
+        bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place, span)
         if stream is not None:
             import torch
 
@@ -84,7 +95,7 @@ class Collectives(Family):
 
             comm = nccl_direct.communicator(ctx)
             runner = nccl_direct.make_runner(case.op, bufs, comm, n, rank, case.dtype, rop)
-            if case.param("timed_loop", "native") == "native":
+            if native_loop:
                 from .nccl_native import native_op
 
                 native = native_op(case.op, bufs, comm, n, rank, case.dtype, rop)
@@ -100,6 +111,8 @@ class Collectives(Family):
             torch_ops.process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
+        if native_loop:
+            extra["buffer_rotations"] = bufs.steps
         if case.backend == "nccl" and case.op == "alltoall":
             from ... import nccl_lib
 

@@ -27,7 +27,8 @@ class _Op(ctypes.Structure):  # struct cb_nccl_op
     _fields_ = [("api", ctypes.POINTER(_Api)), ("kind", ctypes.c_int), ("send", ctypes.c_void_p),
                 ("recv", ctypes.c_void_p), ("count", ctypes.c_size_t), ("elem_bytes", ctypes.c_size_t),
                 ("dtype", ctypes.c_int), ("redop", ctypes.c_int), ("root", ctypes.c_int), ("rank", ctypes.c_int),
-                ("nranks", ctypes.c_int), ("comm", ctypes.c_void_p)]
+                ("nranks", ctypes.c_int), ("comm", ctypes.c_void_p), ("shift_bytes", ctypes.c_size_t),
+                ("steps", ctypes.c_size_t), ("calls", ctypes.c_size_t)]
 
 
 @lru_cache(maxsize=None)
@@ -50,10 +51,11 @@ def _describe(code: int) -> str:
 
 
 def native_op(op: str, bufs, comm: nccl_lib.Comm, n: int, rank: int, dtype: str, rop: str) -> NativeOp:
-    """The same call make_runner enqueues (same buffers, counts, peers), for the native loop."""
+    """The same call make_runner enqueues (same buffers, counts, peers), for the native loop; its
+    consecutive calls rotate through the buffers' pool (buffers.Buffers.steps), as nccl-tests."""
     api = _api()
     spec = _Op(ctypes.pointer(api), KINDS[op], bufs.send.data_ptr(), bufs.recv.data_ptr(), bufs.count,
                bufs.send.element_size(), nccl_lib.NCCL_DTYPES[dtype], nccl_lib.NCCL_OPS[rop], 0, rank, n,
-               comm.handle)
+               comm.handle, bufs.shift_bytes, bufs.steps, 0)
     return NativeOp(fn=_enqueue_address(), arg=ctypes.addressof(spec), describe=_describe,
                     keep=(spec, api, bufs))
