@@ -1,7 +1,9 @@
 """A 4-node network-namespace cluster for the multi-node tests, torn down whatever happens.
 
 Skipped with the reason where namespaces cannot be made (not root, no iproute2, not Linux).
-CB_CLUSTER_SEED picks the impaired node/link (default: random, printed on failure)."""
+CB_CLUSTER_SEED picks the impaired node/link (default: random, printed on failure).
+CB_CLUSTER_PREFIX / CB_CLUSTER_NET name the test cluster (default cbt, 10.213.23): two runs at once
+need different names; a run whose names another live run holds skips instead of tearing it down."""
 from __future__ import annotations
 
 import os
@@ -21,7 +23,8 @@ def cluster():
 
     if not has_mpiexec():
         pytest.skip("no mpiexec/mpi4py on this machine")
-    bed = Cluster()
+    bed = Cluster(prefix=os.environ.get("CB_CLUSTER_PREFIX", "cbt"),
+                  net=os.environ.get("CB_CLUSTER_NET", "10.213.23"))
     try:
         bed.up()
     except ClusterUnavailable as exc:

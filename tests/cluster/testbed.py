@@ -5,6 +5,7 @@ Used by the pytest fixture in tests/cluster/conftest.py and by tests/cluster/reh
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -51,10 +52,41 @@ class Cluster:
     size: int = 4
     rate_mbit: int = 1000
     state: Path = field(default=None)  # type: ignore[assignment]
+    _lock: object = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         if self.state is None:
             self.state = Path(f"/tmp/commbench-cluster-{self.prefix}")
+
+    @property
+    def lock_path(self) -> Path:
+        return Path(f"{self.state}.lock")
+
+    def _take_lock(self) -> None:
+        """Hold the cluster's names for this process: another run (a second pytest, a rehearsal
+        with the same prefix) must not tear down a cluster that is in use, nor share it."""
+        if self._lock is not None:
+            return
+        handle = open(self.lock_path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            owner = handle.read().strip() or "?"
+            handle.close()
+            raise ClusterUnavailable(
+                f"the cluster '{self.prefix}' ({self.net}.0/24) is in use by another run (pid {owner}); "
+                f"pick other names (CB_CLUSTER_PREFIX, CB_CLUSTER_NET) or wait for it") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock = handle
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     @property
     def nodes(self) -> list[str]:
@@ -79,11 +111,20 @@ class Cluster:
         return out
 
     def up(self) -> None:
+        self._take_lock()  # raises ClusterUnavailable when another live run holds these names
         self.script("down", check=False)  # a run killed before its teardown left these names
         self.script("up", "-n", str(self.size), "--rate-mbit", str(self.rate_mbit))
 
     def down(self) -> None:
-        self.script("down", check=False)
+        """Tear down what this process brought up; a cluster another run holds is left alone."""
+        try:
+            self._take_lock()
+        except ClusterUnavailable:
+            return
+        try:
+            self.script("down", check=False)
+        finally:
+            self._release_lock()
 
     def slow(self, node: str, delay_us: int | None = None, rate_mbit: int | None = None) -> None:
         self.script("slow", node, *_impairment(delay_us, rate_mbit))
