@@ -9,7 +9,8 @@
 # -J files with `commbench import nccl-tests`, compares, and writes OUT_DIR/parity.md: the
 # ratio commbench / nccl-tests per op and size, with the machine and the date.
 # Sizes: PARITY_MIN (8), PARITY_MAX (1G), PARITY_FACTOR (4), as nccl-tests -b/-e/-f.
-# Also: PYTHON (python3), PARITY_TARGET (1.05). Meant to finish within ~6 minutes on one H200.
+# Also: PYTHON (python3), PARITY_TARGET (1.05), PARITY_KEEP_WORK=1 (keep the nccl-tests build in
+# the work folder named on the first line of summary.txt, for further runs). Meant to finish within ~6 minutes on one H200.
 # Exit: 0 every paired point within the target, 1 some above it, 2 bad arguments, 3 a step failed.
 set -uo pipefail
 
@@ -124,5 +125,5 @@ $PY benchmarks/parity_table.py "$OUT/nccl-tests-run" "$OUT/commbench" --out "$OU
   --machine "$MACHINE" --target "${PARITY_TARGET:-1.05}" >> "$S" 2>&1
 rc=$?
 say "parity table: $OUT/parity.md (rc=$rc); total $((SECONDS - T0)) s"
-rm -rf "$WORK"
+[ "${PARITY_KEEP_WORK:-0}" = 1 ] || rm -rf "$WORK"
 exit $rc

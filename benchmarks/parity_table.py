@@ -70,13 +70,16 @@ def parity_frame(points: pd.DataFrame, target: float) -> pd.DataFrame:
 
 
 def summary_frame(points: pd.DataFrame, target: float) -> pd.DataFrame:
-    """Per op and mode: paired ok points, how many are within the target, worst and median ratio."""
+    """Per op and mode: paired ok points, how many are within the target, how many agree within
+    the same margin both ways (commbench neither slower nor faster), median, best and worst ratio."""
     rows = []
     for (op, mode), g in points[points["timing"].isin([m for m, _ in MODES])].groupby(["op", "timing"]):
         r = pd.to_numeric(g["time_ratio"], errors="coerce").dropna()
         rows.append({"op": op, "timing": mode, "paired ok points": len(r),
                      f"within {target}": int((r <= target).sum()),
+                     f"within ±{target - 1:.0%}": int(((r <= target) & (r >= 2 - target)).sum()),
                      "median ratio": round(float(r.median()), 3) if len(r) else None,
+                     "best ratio": round(float(r.min()), 3) if len(r) else None,
                      "worst ratio": round(float(r.max()), 3) if len(r) else None,
                      "at": format_size(int(g.loc[r.idxmax(), "size_bytes"])) if len(r) else ""})
     return pd.DataFrame(rows)
