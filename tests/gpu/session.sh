@@ -10,6 +10,9 @@
 #   tests     the GPU tests (pytest tests/gpu/test_*_gpu.py) and the moe test under mpirun (4, 1, 2 ranks)
 #   families  one small suite per family (tests/gpu/suites/*-smoke.yaml, nvshmem-small.yaml, nccl-smoke.yaml)
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
+#   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
+#             .tp/nccl-tests-2.19.6.tar.gz): parity.md and parity.tgz; then the cache-hot A/B
+#             (buffer_span_bytes 0) and nccl-tests' fixed per-batch cost (-n 20 against -n 200)
 #   x2        two GPUs: tests/gpu/suites/x2.yaml, x2-algos.yaml, x2-more.yaml, suites/moe.yaml at 2 ranks
 # Every step's time limit is T_<STEP> seconds (e.g. T_COLLECTIVES=200), the default beside it.
 # $OUT gets summary.txt (one line per step with its exit status, then its tail), info.json,
@@ -75,6 +78,21 @@ group_suites() {
   run moe-ranks 120 tests/gpu/suites/moe-ranks.yaml
   run moe 90 suites/moe.yaml --set ranks=1
 }
+group_parity() {
+  local tgz=${NCCL_TESTS_TGZ:-.tp/nccl-tests-2.19.6.tar.gz} P=/tmp/parity-out work bin
+  rm -rf "$P"
+  PARITY_KEEP_WORK=1 cmd parity 420 bash benchmarks/parity_nccl_tests.sh "$tgz" "$P"
+  cp "$P/parity.md" "$OUT/parity.md" 2>/dev/null; tar czf "$OUT/parity.tgz" -C /tmp parity-out
+  run parity-hot-graph 120 suites/parity.yaml --set params.buffer_span_bytes=0 --set timing=graph
+  run parity-n200 120 suites/parity.yaml --set iters=200 --set timing=pipelined \
+    --set 'ops=[all_reduce, sendrecv]' --set 'sizes={min: 8, max: 8MiB, factor: 8}' --set params.in_place=false
+  work=$(sed -n 's/.* work \(\/tmp\/parity\.[A-Za-z0-9]*\).*/\1/p' "$P/summary.txt" | head -n 1)
+  bin=$(ls -d "$work"/nccl-tests*/build 2>/dev/null | head -n 1)
+  { for n in 20 200; do for op in all_reduce sendrecv; do
+      LD_LIBRARY_PATH=$work/nccl/lib timeout 60 "$bin/${op}_perf" -b 8 -e 8M -f 8 -g "$GPUS" -w 5 -n $n
+    done; done; } > "$OUT/nt-iters.log" 2>&1
+  echo "== nccl-tests -n 20 / -n 200: rc=$? ($bin)" >> "$S"
+}
 group_x2() {
   if [ "$GPUS" -lt 2 ]; then echo "== x2: skipped, $GPUS GPU(s) here" >> "$S"; return; fi
   run x2 120 tests/gpu/suites/x2.yaml
@@ -88,8 +106,8 @@ if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests families suites); [ "$GPUS" -ge 2 ] && groups+=(x2)
 fi
 for g in "${groups[@]}"; do
-  case "$g" in build|tests|families|suites|x2) ;;
-    *) echo "unknown group '$g' (build, tests, families, suites, x2)" >&2; exit 2 ;; esac
+  case "$g" in build|tests|families|suites|parity|x2) ;;
+    *) echo "unknown group '$g' (build, tests, families, suites, parity, x2)" >&2; exit 2 ;; esac
 done
 { date -u; echo "groups: ${groups[*]}; GPUs: $GPUS"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvidia-smi topo -m; } >> "$S" 2>&1
