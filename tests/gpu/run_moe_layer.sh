@@ -1,28 +1,67 @@
 #!/usr/bin/env bash
-# The MoE layer (issue 16) on one GPU. Parts (default: all, in this order):
-#   tests  GPU tests: pack kernels against their torch twin, every backend with 1 rank,
-#          a broken layer caught                                    (~1-2 min)
-#   np4    the direct driver with 4 ranks sharing the GPU; DeepEP low latency in a process
-#          of its own (it brings NVSHMEM up itself)                 (~1-2 min)
-#   ranks  tests/gpu/suites/moe-layer-ranks.yaml through `commbench run` (4 ranks) (~2 min)
-#   one    suites/moe-layer.yaml --set ranks=1 through `commbench run`            (~3-5 min)
-# e.g. `bash tests/gpu/run_moe_layer.sh tests np4` then `bash tests/gpu/run_moe_layer.sh ranks one`.
-# DeepEP v1.2.1 is used when importable (build it into /tmp/deepep first: recipe in
-# ../shared/third_party/README.md). Writes $OUT/summary.txt, $OUT/layer_np4.jsonl, $OUT/runs.tgz.
+# The MoE layer (issue 16) on the GPU machine. Parts (default: build deepep tests np4 ranks one):
+#   build   every kernel library in parallel (tests/gpu/prebuild.py; skip if built)   (~40 s)
+#   deepep  DeepEP v1.2.1 built into /tmp/deepep when it is not importable yet (recipe in
+#           ../shared/third_party/README.md)                                          (~65 s)
+#   tests   GPU tests: pack kernels against their torch twin, every backend with 1 rank,
+#           a broken layer caught                                                     (~1-2 min)
+#   np4     the direct driver with 4 ranks sharing the GPU; DeepEP low latency in a process
+#           of its own (it brings NVSHMEM up itself)                                  (~1-2 min)
+#   ranks   tests/gpu/suites/moe-layer-ranks.yaml through `commbench run` (4 ranks)   (~2 min)
+#   one     suites/moe-layer.yaml --set ranks=1 through `commbench run`               (~3-5 min)
+# e.g. `bash tests/gpu/run_moe_layer.sh build deepep tests np4`, later `... ranks one`.
+# Each part is bounded (T_<PART> seconds overrides its limit). Writes $OUT/summary.txt,
+# $OUT/layer_np4.jsonl, $OUT/moe-layer-runs.tgz (run folders, pytest and driver output, report).
 set -uo pipefail
-R=/tmp/runs-layer
-source tests/gpu/session.sh
-[ -d /tmp/deepep ] && export PYTHONPATH=$PYTHONPATH:/tmp/deepep
-python3 -c "import deep_ep; print('deep_ep importable:', deep_ep.Buffer)" >> "$S" 2>&1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COMMBENCH_JIT_CACHE=${COMMBENCH_JIT_CACHE:-/tmp/cb-jit}
+if ls .whl/*.whl >/dev/null 2>&1; then   # wheels brought along (the GPU machine has no network)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PWD:/tmp/site
+fi
+OUT=${OUT:-/tmp/out}; R=${R:-/tmp/runs-layer}; mkdir -p "$OUT" "$R"
+S="$OUT/summary.txt"; touch "$S"
+TP=../shared/third_party; [ -d shared/third_party ] && TP=shared/third_party
 MPI=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS
      -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES
      -x PYTHONPATH -x PYTHONUNBUFFERED -x COMMBENCH_JIT_CACHE)
-PARTS=${*:-tests np4 ranks one}
+
+step() {  # step NAME SECONDS SUITE [run options...]: a bounded `commbench run` (rows kept if cut)
+  local name=$1 t=$2 suite=$3; shift 3; local t0=$SECONDS
+  timeout -s TERM "$t" python3 -m commbench run "$suite" --out "$R/$name" --quiet "$@" > "$R/$name.console.txt" 2>&1
+  echo "== run $name: rc=$? in $((SECONDS - t0)) s (limit $t s): commbench run $suite $*" >> "$S"
+  tail -n 30 "$R/$name.console.txt" >> "$S"
+}
+deepep_path() { [ -d /tmp/deepep ] && export PYTHONPATH=$PYTHONPATH:/tmp/deepep; }
+
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> "$S" 2>&1
+deepep_path
+PARTS=${*:-build deepep tests np4 ranks one}
 for part in $PARTS; do
   t0=$SECONDS
   case $part in
+    build)
+      timeout "${T_BUILD:-240}" python3 tests/gpu/prebuild.py > "$R/prebuild.txt" 2>&1
+      echo "== prebuild: rc=$? in $((SECONDS - t0)) s" >> "$S"; grep -v '^built' "$R/prebuild.txt" | tail -n 20 >> "$S" ;;
+    deepep)
+      if python3 -c "import deep_ep" 2>/dev/null; then
+        echo "== deepep: already importable" >> "$S"
+      elif [ -f "$TP/deepep-v1.2.1.tar.gz" ]; then
+        ( tar xzf "$TP/deepep-v1.2.1.tar.gz" -C /tmp && cd /tmp/DeepEP-1.2.1 \
+          && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 CPATH=/usr/local/cuda/include/cccl \
+             NVCC_APPEND_FLAGS=-I/usr/local/cuda/include/cccl \
+             timeout "${T_DEEPEP:-240}" python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/deepep . ) \
+          > "$R/deepep-build.txt" 2>&1
+        echo "== deepep build: rc=$? in $((SECONDS - t0)) s" >> "$S"; tail -n 5 "$R/deepep-build.txt" >> "$S"
+        deepep_path
+      else
+        echo "== deepep: no $TP/deepep-v1.2.1.tar.gz, DeepEP rows will be skipped" >> "$S"
+      fi
+      python3 -c "import deep_ep; print('deep_ep importable:', deep_ep.Buffer)" >> "$S" 2>&1 ;;
     tests)
-      timeout "${T_TESTS:-180}" python3 -m pytest -q -rs tests/gpu/test_moe_layer_gpu.py > "$R/pytest.txt" 2>&1
+      timeout "${T_TESTS:-180}" python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_moe_layer_gpu.py \
+        > "$R/pytest.txt" 2>&1
       echo "== pytest tests/gpu/test_moe_layer_gpu.py: rc=$? in $((SECONDS - t0)) s" >> "$S"
       tail -n 15 "$R/pytest.txt" >> "$S" ;;
     np4)
@@ -33,7 +72,7 @@ for part in $PARTS; do
         echo "== 4 ranks on one GPU, $set: rc=$? in $((SECONDS - t1)) s" >> "$S"
         tail -n 3 "$R/np4-$set.txt" >> "$S"
       done
-      python3 - "$OUT/layer_np4.jsonl" >> "$S" 2>&1 <<'PY'
+      [ -f "$OUT/layer_np4.jsonl" ] && python3 - "$OUT/layer_np4.jsonl" >> "$S" 2>&1 <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
@@ -43,11 +82,11 @@ PY
       ;;
     ranks) step layer-ranks "${T_RANKS:-240}" tests/gpu/suites/moe-layer-ranks.yaml ;;
     one) step layer-1gpu "${T_ONE:-360}" suites/moe-layer.yaml --set ranks=1 ;;
-    *) echo "unknown part $part (tests, np4, ranks, one)" >> "$S" ;;
+    *) echo "unknown part $part (build, deepep, tests, np4, ranks, one)" >> "$S" ;;
   esac
 done
 if ls -d "$R"/*/ > /dev/null 2>&1; then
   timeout 90 python3 -m commbench report $(ls -d "$R"/*/) --out "$R/report.html" >> "$S" 2>&1
 fi
-tar czf "$OUT/runs.tgz" -C /tmp "$(basename "$R")"
-tail -n 5 "$S"
+tar czf "$OUT/moe-layer-runs.tgz" -C "$(dirname "$R")" "$(basename "$R")"
+grep '^== ' "$S"
