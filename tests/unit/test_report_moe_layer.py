@@ -81,3 +81,24 @@ def test_no_layer_rows_no_section():
     runs = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
     doc = build_report([load_run(runs / "cpu-base")])
     assert "MoE layer" not in [s.title for s in doc.sections]
+
+
+def test_runs_and_routings_get_bars_of_their_own(tmp_path):
+    """Two runs overlaid, or a routing sweep, in one panel: a bar per backend and value, none
+    dropped (the first row of a backend used to stand for all of them)."""
+    import pandas as pd
+
+    df = load_run(make_run(tmp_path)).results
+    first = layer_rows(df)
+    second = first.assign(dispatch_us=first["dispatch_us"] * 2)
+    both = pd.concat([first.assign(run="before"), second.assign(run="after")], ignore_index=True)
+    panel = both[both["model"] == "deepseek-v3"]
+    bars = _bars(panel)
+    assert len(bars) == 4                                           # 2 backends x 2 runs
+    got = {b["label"]: b["parts"][0] for b in bars}
+    assert got == {"ipc_ll\nafter": 80.0, "ipc_ll\nbefore": 40.0, "nccl_a2a\nafter": 600.0,
+                   "nccl_a2a\nbefore": 300.0}
+    routed = pd.concat([first.assign(routing="random"), second.assign(routing="zipf")], ignore_index=True)
+    labels = [b["label"] for b in _bars(routed[routed["model"] == "mixtral-8x7b"])]
+    assert labels == ["ipc_ll\nrandom", "ipc_ll\nzipf", "nccl_a2a\nrandom", "nccl_a2a\nzipf"]
+    assert [b["label"] for b in _bars(first[first["model"] == "deepseek-v3"])] == ["ipc_ll", "nccl_a2a"]

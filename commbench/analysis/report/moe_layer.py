@@ -12,6 +12,10 @@ import pandas as pd
 PARTS = (("dispatch_us", "dispatch", "#4c72b0"), ("expert_us", "experts", "#55a868"),
          ("combine_us", "combine", "#c44e52"))
 PANEL_KEYS = ("model", "phase", "dtype", "world_size")
+# what else may tell two layers of one backend apart in a panel (runs overlaid, a routing or token
+# sweep, events vs graph timing): a bar of its own, labelled, when it varies
+BAR_KEYS = ("run", "routing", "timing", "tokens_per_rank", "tokens", "hidden", "experts", "topk",
+            "intermediate", "num_sms", "gemm")
 SHOWN = ("model", "phase", "backend", "dtype", "world_size", "overlap", "tokens_per_rank",
          "layer_us", "dispatch_us", "expert_us", "combine_us", "serial_us", "comm_share",
          "overlap_gain", "tokens_per_s", "grouped_gemm", "max_token_err", "wrong")
@@ -54,15 +58,27 @@ def _panel_keys(rows: pd.DataFrame) -> list[str]:
     return keys
 
 
+def _bar_keys(panel: pd.DataFrame) -> list[str]:
+    keys = [k for k in BAR_KEYS if k in panel.columns and panel[k].astype(str).nunique() > 1]
+    return [k for k in keys if not (k == "tokens" and "tokens_per_rank" in keys)]
+
+
 def _bars(panel: pd.DataFrame) -> list[dict]:
-    """One entry per backend: the parts (from the overlap=none row when there is one) and
-    the overlapped layer time (two_batch row), either may be missing."""
+    """One entry per backend (and per value of whatever else varies in the panel: run, routing,
+    timing, ...): the parts (from the overlap=none row when there is one) and the overlapped
+    layer time (two_batch row), either may be missing."""
     out = []
-    for backend, g in panel.groupby("backend", sort=True):
+    extra = _bar_keys(panel)
+    keyed = panel.assign(**{f"_k_{k}": panel[k].astype(str) for k in extra})
+    for key, g in keyed.groupby(["backend", *[f"_k_{k}" for k in extra]], sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        backend = key[0]
         serial = g[g["overlap"].astype(str) != "two_batch"]
         tb = g[g["overlap"].astype(str) == "two_batch"]
         parts_row = serial.iloc[0] if not serial.empty else tb.iloc[0]
-        out.append({"backend": str(backend),
+        label = "\n".join([str(backend), *(v if k in ("run", "routing", "timing") else f"{k}={v}"
+                                            for k, v in zip(extra, key[1:]))])
+        out.append({"backend": str(backend), "label": label,
                     "parts": [float(parts_row[c]) if c in parts_row else 0.0 for c, _, _ in PARTS],
                     "layer": float(serial.iloc[0]["layer_us"]) if not serial.empty else None,
                     "overlapped": float(tb.iloc[0]["layer_us"]) if not tb.empty else None})
@@ -99,7 +115,7 @@ def layer_figure(df: pd.DataFrame):
                    [v for v in over if v is not None], 0.4, color="#8172b2", hatch="//",
                    label="layer, two_batch")
         ax.set_xticks(list(xs))
-        ax.set_xticklabels([b["backend"] for b in bars], rotation=30, ha="right")
+        ax.set_xticklabels([b["label"] for b in bars], rotation=30, ha="right", fontsize=7)
         ax.set_ylabel("time (us)")
         ax.set_title(" ".join(f"{k}={v}" if k in ("dtype", "world_size") else str(v)
                               for k, v in zip(keys, key)))
