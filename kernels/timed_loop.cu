@@ -164,4 +164,81 @@ int cb_graph_destroy(void* exec) { return cudaGraphExecDestroy(static_cast<cudaG
 
 const char* cb_cuda_error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
 
+// A native op made of up to CB_MAX_CALLS calls of C launchers `int f(a0, ..., a(n-1), cudaStream_t)`
+// with fixed integer or pointer arguments (no floating point: they travel in other registers), e.g.
+// our MoE dispatch and combine launchers, which Python otherwise calls through ctypes per op. Each
+// argument is passed as a 64-bit integer, which the x86-64 and AArch64 C calling conventions give
+// an int or a pointer parameter unchanged. Field order mirrored by commbench/measure/native_loop.py.
+#define CB_MAX_ARGS 16
+#define CB_MAX_CALLS 4
+struct cb_call {
+  void* fn;
+  int nargs;
+  unsigned long long args[CB_MAX_ARGS];
+};
+struct cb_calls {
+  int n;
+  cb_call call[CB_MAX_CALLS];
+};
+
+static int cb_call_one(const cb_call& c, cudaStream_t s) {
+  typedef unsigned long long u;
+  const u* a = c.args;
+  switch (c.nargs) {
+    case 0: return reinterpret_cast<int (*)(cudaStream_t)>(c.fn)(s);
+    case 1: return reinterpret_cast<int (*)(u, cudaStream_t)>(c.fn)(a[0], s);
+    case 2: return reinterpret_cast<int (*)(u, u, cudaStream_t)>(c.fn)(a[0], a[1], s);
+    case 3: return reinterpret_cast<int (*)(u, u, u, cudaStream_t)>(c.fn)(a[0], a[1], a[2], s);
+    case 4: return reinterpret_cast<int (*)(u, u, u, u, cudaStream_t)>(c.fn)(a[0], a[1], a[2], a[3], s);
+    case 5:
+      return reinterpret_cast<int (*)(u, u, u, u, u, cudaStream_t)>(c.fn)(a[0], a[1], a[2], a[3], a[4], s);
+    case 6:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, cudaStream_t)>(c.fn)(a[0], a[1], a[2], a[3], a[4],
+                                                                             a[5], s);
+    case 7:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(a[0], a[1], a[2], a[3], a[4],
+                                                                                a[5], a[6], s);
+    case 8:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], s);
+    case 9:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], s);
+    case 10:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], s);
+    case 11:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], s);
+    case 12:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], s);
+    case 13:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], s);
+    case 14:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], s);
+    case 15:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], s);
+    case 16:
+      return reinterpret_cast<int (*)(u, u, u, u, u, u, u, u, u, u, u, u, u, u, u, u, cudaStream_t)>(c.fn)(
+          a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
+          s);
+    default: return int(cudaErrorInvalidValue);
+  }
+}
+
+// The enqueue function of such an op: its calls in order; the first non-zero return ends it.
+int cb_calls_enqueue(void* arg, cudaStream_t s) {
+  const cb_calls* c = static_cast<const cb_calls*>(arg);
+  if (c->n < 1 || c->n > CB_MAX_CALLS) return int(cudaErrorInvalidValue);
+  for (int i = 0; i < c->n; ++i) {
+    int rc = cb_call_one(c->call[i], s);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 }  // extern "C"

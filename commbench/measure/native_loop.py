@@ -118,3 +118,57 @@ def time_graph(op: NativeOp, stream: int, iters: int, barrier: Callable[[], None
 
 
 TIMERS = {"events": time_events, "pipelined": time_pipelined, "graph": time_graph}
+
+MAX_CALL_ARGS, MAX_CALLS = 16, 4  # kernels/timed_loop.cu: CB_MAX_ARGS, CB_MAX_CALLS
+_MASK64 = (1 << 64) - 1
+
+
+class _Call(ctypes.Structure):  # struct cb_call
+    _fields_ = [("fn", ctypes.c_void_p), ("nargs", ctypes.c_int), ("args", ctypes.c_ulonglong * MAX_CALL_ARGS)]
+
+
+class _Calls(ctypes.Structure):  # struct cb_calls
+    _fields_ = [("n", ctypes.c_int), ("call", _Call * MAX_CALLS)]
+
+
+def _word(arg: Any) -> int:
+    """One launcher argument as the 64-bit integer native code passes: ints, ctypes integers and
+    pointers, ctypes arrays and structures (their address). Floating point cannot travel this way."""
+    if arg is None:
+        return 0
+    if isinstance(arg, (float, ctypes.c_float, ctypes.c_double)):
+        raise TypeError("a launcher argument of floating-point type cannot go through cb_calls_enqueue")
+    if isinstance(arg, int):
+        return arg & _MASK64
+    if isinstance(arg, ctypes.c_void_p):
+        return arg.value or 0
+    if isinstance(arg, (ctypes.Array, ctypes.Structure)):
+        return ctypes.addressof(arg)
+    if isinstance(arg, ctypes._Pointer):
+        return ctypes.cast(arg, ctypes.c_void_p).value or 0
+    if isinstance(arg, ctypes._SimpleCData):
+        return int(arg.value) & _MASK64
+    raise TypeError(f"cannot pass {type(arg).__name__} to a native launcher call")
+
+
+def launcher_op(calls: list[tuple[Any, tuple]]) -> NativeOp:
+    """A native op that calls C launchers ``int f(args..., cudaStream_t)`` in order, each with the
+    same integer/pointer arguments every time (kernels/timed_loop.cu, cb_calls_enqueue): the
+    launches a family otherwise makes through ctypes once per op. Their return codes are CUDA
+    errors. The arguments (ctypes arrays, buffers) are kept alive with the op."""
+    if not 1 <= len(calls) <= MAX_CALLS:
+        raise ValueError(f"1 to {MAX_CALLS} calls per native op, got {len(calls)}")
+    spec = _Calls()
+    spec.n = len(calls)
+    for slot, (fn, args) in zip(spec.call, calls):
+        if len(args) > MAX_CALL_ARGS:
+            raise ValueError(f"a launcher call takes at most {MAX_CALL_ARGS} arguments besides the stream")
+        slot.fn = ctypes.cast(fn, ctypes.c_void_p).value
+        slot.nargs = len(args)
+        for i, a in enumerate(args):
+            slot.args[i] = _word(a)
+    lib = _lib()
+    fn = ctypes.cast(lib.cb_calls_enqueue, ctypes.c_void_p).value
+    return NativeOp(fn=fn, arg=ctypes.addressof(spec),
+                    describe=lambda code: f"CUDA error {code}: {lib.cb_cuda_error_string(code).decode()}",
+                    keep=(spec, calls))

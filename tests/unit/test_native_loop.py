@@ -110,3 +110,50 @@ def test_rotation_pool_slices_hold_the_same_input(op, in_place):
     # a span smaller than the buffers: no rotation, no extra memory
     small = buffers.allocate(op, count, n, rank, "float32", "cpu", in_place, span_bytes=16)
     assert small.steps == 1 and small.send.untyped_storage().nbytes() <= 4 * count * n
+
+
+@needs_nvcc
+def test_launcher_calls_reach_c_with_their_arguments(tmp_path, monkeypatch):
+    """cb_calls_enqueue calls each launcher in order with its integer/pointer arguments and the
+    stream last, and stops at the first non-zero return (stand-in launchers record what they get)."""
+    from commbench import jit
+    from commbench.measure import native_loop
+
+    monkeypatch.setenv("COMMBENCH_JIT_CACHE", str(tmp_path))
+    native_loop._lib.cache_clear()
+    lib = ctypes.CDLL(str(jit.build("timed_loop", arch="sm_90")))
+    monkeypatch.setattr(native_loop, "_lib", lambda: lib)
+    lib.cb_calls_enqueue.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.cb_cuda_error_string.restype = ctypes.c_char_p
+    seen = []
+    # a launcher like moe_normal_dispatch: 14 arguments (pointers, ints) and the stream
+    wide = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.c_void_p] * 12), ctypes.c_int, ctypes.c_void_p,
+                            ctypes.c_void_p)
+
+    @wide
+    def dispatch(*args):
+        seen.append(("dispatch", args))
+        return 0
+
+    narrow = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+
+    @narrow
+    def failing(code, stream):
+        seen.append(("failing", (code, stream)))
+        return code
+
+    dims = (ctypes.c_int * 10)(*range(10))
+    ptrs = [ctypes.c_void_p(0x1000 * (i + 1)) for i in range(11)]
+    op = native_loop.launcher_op([(dispatch, (dims, *ptrs, ctypes.c_int(-3), ctypes.c_void_p(0xbeef))),
+                                  (failing, (ctypes.c_int(7),)), (dispatch, (dims, *ptrs, 0, None))])
+    assert lib.cb_calls_enqueue(op.arg, ctypes.c_void_p(0x5a5a)) == 7
+    assert [name for name, _ in seen] == ["dispatch", "failing"]  # the third call never ran
+    args = seen[0][1]
+    assert args[0] == ctypes.addressof(dims) and list(args[1:12]) == [p.value for p in ptrs]
+    assert args[12] == -3 and args[13] == 0xbeef and args[14] == 0x5a5a
+    assert seen[1][1] == (7, 0x5a5a)
+    assert "CUDA error 7" in op.describe(7)
+    with pytest.raises(TypeError):
+        native_loop.launcher_op([(failing, (ctypes.c_float(1.0),))])
+    with pytest.raises(ValueError):
+        native_loop.launcher_op([(failing, (0,))] * 5)

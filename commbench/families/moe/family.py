@@ -46,6 +46,9 @@ class MoeFamily(Family):
         "topk_group": Param(4, (int,), "group routing: groups a token may use", range=(1, None)),
         "zipf_s": Param(1.2, (float, int), "zipf routing: popularity exponent"),
         "num_sms": Param(24, (int,), "CTAs our kernels launch (one per SM)", range=(1, None)),
+        "timed_loop": Param("native", (str,), "ipc, ipc_ll, nvshmem_ll: enqueue the timed batch of our "
+                            "kernels from native code (Python entered once per batch) or from Python, "
+                            "one ctypes call per op", choices=("native", "python")),
         "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)", range=(0, None)),
         "model": Param("custom", (str,), "shape preset (hidden, experts, topk, intermediate, "
                        "routing); keys the suite writes win", MODEL_CHOICES),
@@ -195,7 +198,10 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
 
     mode = "normal" if case.backend == "ipc" else "ll"
     if case.backend != "nvshmem_ll":
-        return PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"])
+        state = PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"])
+        if prm["timed_loop"] == "native":
+            state.native = state.native_op()
+        return state
     import os
 
     from ..nvshmem import boot
@@ -207,6 +213,8 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
     all_p2p = all(ctx.world.allgather(state.ws.all_p2p))
     state.extra.update(transport=transport_label(dict(os.environ), all_p2p),
                        nvshmem_version=boot.metadata()["nvshmem"], nvshmem_mode=handle.status_name)
+    if prm["timed_loop"] == "native":
+        state.native = state.native_op()
     return state
 
 

@@ -164,29 +164,44 @@ class PeerState(CaseState):
         if self.op != "dispatch":
             self.combine()   # round_trip: over the expert outputs made at set-up
 
-    def dispatch(self) -> None:
-        stream = self._stream_handle()
+    def _dispatch_call(self) -> tuple:
+        """(launcher, arguments before the stream) of one dispatch."""
         if self.mode == "normal":
-            code = self.lib.moe_normal_dispatch(
+            return self.lib.moe_normal_dispatch, (
                 *self.common, _vp(self.send_pos), _vp(self.send_count), _vp(self.expert_count),
                 _vp(self.topk_idx), _vp(self.topk_w), _vp(self.x_send), _vp(self.scales),
-                _vp(self.base_off), self.dispatch_epochs, self.sms, _vp(self.err), stream)
-        else:
-            code = self.ll_dispatch(*self.common, _vp(self.topk_idx), *self.ll_x,
-                                    self.dispatch_epochs, self.sms, _vp(self.err), stream)
-        check_cuda(code, f"{self.mode} dispatch launch")
+                _vp(self.base_off), self.dispatch_epochs, self.sms, _vp(self.err))
+        return self.ll_dispatch, (*self.common, _vp(self.topk_idx), *self.ll_x, self.dispatch_epochs,
+                                  self.sms, _vp(self.err))
+
+    def _combine_call(self) -> tuple:
+        """(launcher, arguments before the stream) of one combine."""
+        if self.mode == "normal":
+            return self.lib.moe_normal_combine, (*self.common, _vp(self.send_pos), _vp(self.base_off),
+                                                 _vp(self.rank_w), _vp(self.out), self.combine_epochs,
+                                                 self.sms, _vp(self.err))
+        return self.ll_combine, (*self.common, _vp(self.topk_idx), _vp(self.topk_w), _vp(self.out),
+                                 self.combine_epochs, self.sms, _vp(self.err))
+
+    def dispatch(self) -> None:
+        fn, args = self._dispatch_call()
+        check_cuda(fn(*args, self._stream_handle()), f"{self.mode} dispatch launch")
 
     def combine(self) -> None:
-        stream = self._stream_handle()
-        if self.mode == "normal":
-            code = self.lib.moe_normal_combine(*self.common, _vp(self.send_pos),
-                                               _vp(self.base_off), _vp(self.rank_w), _vp(self.out),
-                                               self.combine_epochs, self.sms, _vp(self.err), stream)
-        else:
-            code = self.ll_combine(*self.common, _vp(self.topk_idx), _vp(self.topk_w),
-                                   _vp(self.out), self.combine_epochs, self.sms, _vp(self.err),
-                                   stream)
-        check_cuda(code, f"{self.mode} combine launch")
+        fn, args = self._combine_call()
+        check_cuda(fn(*args, self._stream_handle()), f"{self.mode} combine launch")
+
+    def native_op(self):
+        """The op (dispatch, combine, or both for round_trip) as the same launcher calls made from
+        native code, for the runner's native timed loop (measure.native_loop.launcher_op)."""
+        from ...measure.native_loop import launcher_op
+
+        calls = []
+        if self.op != "combine":
+            calls.append(self._dispatch_call())
+        if self.op != "dispatch":
+            calls.append(self._combine_call())
+        return launcher_op(calls)
 
     # --- workspace access (on this state's stream) ------------------------------
     def sync(self) -> None:
