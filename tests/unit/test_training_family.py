@@ -352,3 +352,20 @@ def test_a_schedule_computing_with_stale_data_is_caught(tmp_path):
     assert (df.status == "wrong").all(), df[["op", "status", "reason"]].to_string()
     assert (df.wrong > 100).all()
     assert df.check_failed.str.len().gt(0).all()
+
+
+def test_report_bars_tell_apart_cases_that_differ_beyond_the_strategy():
+    """Two fsdp Cases with one strategy label but another reduce dtype (or shape) get different
+    bar labels; what does not vary stays off the labels."""
+    import pandas as pd
+
+    from commbench.analysis.report.training import _labels
+
+    base = {"family": "training", "op": "fsdp", "status": "ok", "strategy": "reshard+prefetch dp2",
+            "model": "tiny", "dtype": "bfloat16", "reduce_dtype": "bfloat16", "hidden": 64,
+            "seq_len": 64, "step_us": 2.0, "compute_us": 1.0, "comm_us": 1.0, "exposed_comm_us": 1.0}
+    rows = pd.DataFrame([base, {**base, "reduce_dtype": "float32"}])
+    labels = _labels(rows)
+    assert len(set(labels)) == 2 and "reduce_dtype=float32" in labels[1]
+    shaped = pd.DataFrame([base, {**base, "hidden": 96, "seq_len": 32}])
+    assert _labels(shaped)[1] == "reshard+prefetch dp2\nhidden=96\nseq_len=32"

@@ -12,7 +12,8 @@ import pandas as pd
 
 NEEDED = ("step_us", "compute_us", "comm_us", "exposed_comm_us")
 # besides the strategy, what may tell two bars of one op apart (shown only when it varies)
-LABEL_COLUMNS = ("run", "bench", "model", "tokens_per_rank", "layers", "dtype", "world_size", "backend")
+LABEL_COLUMNS = ("run", "bench", "model", "hidden", "ffn", "heads", "kv_heads", "tokens_per_rank", "seq_len",
+                 "layers", "dtype", "reduce_dtype", "world_size", "backend")
 TABLE_COLUMNS = ("run", "op", "strategy", "model", "tokens_per_rank", "dtype", "world_size", "step_us",
                  "compute_us", "comm_us", "exposed_comm_us", "overlap_pct", "comm_bytes_per_rank",
                  "comm_busbw_gbps", "wrong")
@@ -48,7 +49,9 @@ def overlap_figure(df: pd.DataFrame, title: str = ""):
     ops = sorted(rows["op"].astype(str).unique())
     ncols = min(2, len(ops))
     nrows = math.ceil(len(ops) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.6 * nrows), squeeze=False)
+    most = int(rows["op"].astype(str).value_counts().max())    # bars in the fullest panel
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(6.5, 0.6 * most + 2) * ncols, 5.2 * nrows),
+                             squeeze=False)
     for ax, op in zip(axes.flat, ops):
         sub = rows[rows["op"].astype(str) == op]
         x = list(range(len(sub)))
