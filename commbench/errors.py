@@ -19,6 +19,10 @@ class LaunchError(CommbenchError):
     """No launcher could start the ranks (no mpiexec/srun, bad settings)."""
 
 
+class RunFolderError(CommbenchError):
+    """A path is not a readable run folder (no results.csv, unreadable CSV or JSON)."""
+
+
 class StorageFull(CommbenchError):
     """The run folder's disk (or quota) is full: the run stops, what was stored stays consistent."""
 

@@ -15,9 +15,8 @@ import os
 from array import array
 from pathlib import Path
 
-from ..errors import preview
+from ..errors import RunFolderError, preview
 from .schema import COLUMNS, STATUSES
-from .writer import RunFolderError
 
 MAX_FILE_BYTES = 256 * 1024 * 1024     # COMMBENCH_MAX_RUN_FILE_BYTES lifts it
 SIZE_VAR = "COMMBENCH_MAX_RUN_FILE_BYTES"

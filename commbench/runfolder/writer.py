@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import CommbenchError, StorageFull
+from ..errors import RunFolderError, StorageFull
+from .check import read_meta_text
 from .lock import LOCK_NAME, FolderLock
 from .schema import COLUMNS, FINAL_STATUSES, SAMPLE_COLUMNS, SCHEMA_VERSION
 
@@ -33,10 +34,6 @@ FOLDER_FILES = ("results.jsonl", "samples.csv")   # what rank 0 appends during a
 
 class RunFolderExists(FileExistsError):
     pass
-
-
-class RunFolderError(CommbenchError):
-    """A path is not a readable run folder (no results.csv, unreadable CSV or JSON)."""
 
 
 def utc_stamp() -> str:
@@ -297,8 +294,6 @@ def read_meta(path) -> dict:
     meta_path = Path(path) / "run.json"
     if not meta_path.is_file():
         return {}
-    from .check import read_meta_text   # check imports this module
-
     return read_meta_text(meta_path)
 
 
