@@ -4,6 +4,7 @@ pandas, matplotlib and scipy are imported inside the commands: `commbench --help
 and `run`'s start do not pay for them."""
 from __future__ import annotations
 
+import math
 import sys
 from contextlib import contextmanager
 from dataclasses import replace
@@ -90,8 +91,12 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     from .report import markdown
     from .runsets import load_side, split_sides
 
-    if threshold_pct < 0 or not 0 < alpha < 1:
-        raise CommbenchError(f"--threshold must be >= 0 and --alpha in (0, 1); got {threshold_pct}, {alpha}.")
+    if not (math.isfinite(threshold_pct) and threshold_pct >= 0) or not 0 < alpha < 1:
+        raise CommbenchError(f"--threshold must be a finite number >= 0 and --alpha in (0, 1); got "
+                             f"{threshold_pct}, {alpha}.")
+    if fail_above_pct is not None and not (math.isfinite(fail_above_pct) and fail_above_pct >= 0):
+        raise CommbenchError(f"--fail-above must be a finite percentage >= 0; got {fail_above_pct} (a NaN or "
+                             "infinite gate would pass every point).")
     base_paths, new_paths = split_sides(runs)
     b, n = load_side(base_paths), load_side(new_paths)
     settings = CompareSettings(threshold_pct=threshold_pct, alpha=alpha, correction=correction)

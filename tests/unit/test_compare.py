@@ -162,3 +162,15 @@ def test_a_busy_machine_is_named_in_the_terminal_and_the_report(tmp_path):
     assert "1 other process(es) on the GPUs after the run" in res.stderr
     assert "load average 3.0" not in res.stderr          # 3.0 less our 2 ranks is quiet
     assert "the machine was busy" in (tmp_path / "c.md").read_text()
+
+
+def test_nan_inf_or_negative_gates_are_bad_input():
+    """A NaN --fail-above passes every point (no ratio is above NaN): such gates are refused."""
+    runner = CliRunner()
+    base, slow = str(RUNS / "cpu-base"), str(RUNS / "cpu-slow2x")
+    for opt, value in (("--fail-above", "nan"), ("--fail-above", "inf"), ("--fail-above", "-5"),
+                       ("--threshold", "nan"), ("--threshold", "inf")):
+        args = [base, slow, opt, value] + (["--fail-above", "10"] if opt == "--threshold" else [])
+        res = runner.invoke(cli, ["compare", *args])
+        assert res.exit_code == 2, (opt, value, res.output)
+        assert "PASS" not in res.output and opt in res.output
