@@ -134,7 +134,8 @@ def open_meta(folder: RunFolder, suite: Suite, *, resume: bool, overrides: dict 
 
     started = now_utc()
     previous = folder.read_meta() if resume else {}
-    forced = guard(folder.path, previous, suite.path, overrides, force, started) if previous else None
+    forced = (guard(folder.path, previous, suite.path, overrides, force, started, suite.name)
+              if previous else None)
     write_plan(folder, suite, resume=resume)
     meta = base_meta(suite, started)
     overrides_meta(meta, previous, overrides)

@@ -21,7 +21,7 @@ def file_sha256(path: Path) -> str:
 
 def _suite_difference(stored: Path, current: Path) -> str | None:
     if not stored.is_file():
-        return None   # a folder from before suite copies were kept: nothing to compare with
+        return None   # a folder from before suite copies were kept: run.json's record decides
     old, new = stored.read_bytes(), Path(current).read_bytes()
     if old == new:
         return None
@@ -38,10 +38,27 @@ def _fmt(values: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(values.items())) or "none"
 
 
-def differences(folder_path: Path, previous: dict, suite_path: Path, overrides: dict | None) -> list[str]:
+def _recorded_suite_difference(previous: dict, suite_path: Path, suite_name: str | None) -> str | None:
+    """Without a suite copy (a folder from before copies were kept): run.json's suite hash, else its
+    suite name, against this call's suite."""
+    sha = previous.get("suite_sha256")
+    if isinstance(sha, str) and sha and sha != file_sha256(suite_path):
+        return f"the suite file {suite_path} differs from the one run.json records (sha256 {sha[:12]}...)"
+    name = previous.get("suite")
+    if suite_name is not None and isinstance(name, str) and name != suite_name:
+        return f"run.json records suite {name!r}, this is suite {suite_name!r}"
+    return None
+
+
+def differences(folder_path: Path, previous: dict, suite_path: Path, overrides: dict | None,
+                suite_name: str | None = None) -> list[str]:
     """What differs between the run folder's settings and this call's (empty: the same)."""
     out = []
-    suite_diff = _suite_difference(Path(folder_path) / SUITE_COPY, suite_path)
+    stored = Path(folder_path) / SUITE_COPY
+    if stored.is_file():
+        suite_diff = _suite_difference(stored, suite_path)
+    else:
+        suite_diff = _recorded_suite_difference(previous, suite_path, suite_name)
     if suite_diff:
         out.append(suite_diff)
     before = dict(previous.get("overrides") or {})
@@ -67,10 +84,10 @@ def differences(folder_path: Path, previous: dict, suite_path: Path, overrides: 
 
 
 def guard(folder_path: Path, previous: dict, suite_path: Path, overrides: dict | None, force: bool,
-          started: str) -> dict | None:
+          started: str, suite_name: str | None = None) -> dict | None:
     """Refuse a mixing --resume (CommbenchError, exit 2) or, with ``force``, return the record for
     run.json's ``forced_resumes`` (after keeping the earlier suite copy beside the new one)."""
-    diffs = differences(folder_path, previous, suite_path, overrides)
+    diffs = differences(folder_path, previous, suite_path, overrides, suite_name)
     if not diffs:
         return None
     if not force:

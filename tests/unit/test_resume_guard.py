@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -11,6 +12,8 @@ from commbench.cli import cli
 from commbench.launch.resume_guard import differences
 from commbench.runfolder.reader import load
 from tests.conftest import needs_mpi
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 
 SUITE = textwrap.dedent("""\
     name: g
@@ -89,3 +92,27 @@ def test_force_mixes_and_run_json_keeps_both(tmp_path):
     assert "warmup: 1" in (out / "suite.earlier-1.yaml").read_text()
     assert "warmup: 2" in (out / "suite.yaml").read_text()
     assert meta["overrides"] == {"only": ["second"]} and meta["earlier_overrides"] == [{"only": ["first"], "iters": 5}]
+
+
+def test_a_folder_without_suite_copy_is_judged_by_run_json(tmp_path):
+    """A folder from before suite copies were kept (the fixtures, older runs) still refuses
+    another suite: run.json's suite hash, else its suite name, decides."""
+    import hashlib
+    import shutil
+
+    suite, out = _folder(tmp_path, {})
+    (out / "suite.yaml").unlink()
+    (out / "run.json").write_text(json.dumps({"suite": "quickstart", "overrides": {}}))
+    res = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--resume", "--quiet"])
+    assert res.exit_code == 2, res.output
+    assert "run.json records suite 'quickstart', this is suite 'g'" in res.output
+    sha = hashlib.sha256(b"another suite").hexdigest()
+    assert differences(out, {"suite": "g", "suite_sha256": sha}, suite, {}, "g")[0].startswith(
+        f"the suite file {suite} differs from the one run.json records")
+    same = hashlib.sha256(suite.read_bytes()).hexdigest()
+    assert differences(out, {"suite": "g", "suite_sha256": same}, suite, {}, "g") == []
+    assert differences(out, {"suite": "g"}, suite, {}, "g") == []
+    fixture = tmp_path / "fixture"
+    shutil.copytree(RUNS / "cpu-base", fixture)   # quickstart, no suite.yaml copy
+    res = CliRunner().invoke(cli, ["run", str(suite), "--out", str(fixture), "--resume", "--quiet"])
+    assert res.exit_code == 2 and "would mix settings" in res.output, res.output
