@@ -23,7 +23,7 @@ class HarnessState(CaseState):
     op: str
     world: object
     victim: int
-    spin_s: float = 0.0
+    spin_ns: int = 0     # whole nanoseconds: the deadline and the check use the same integer clock
     early: int = 0       # spins that returned before their time (the spin's check)
 
 
@@ -57,18 +57,20 @@ class Harness(Family):
         victim = case.param("victim_rank", -1) % ctx.world.size
         if case.op == "fail" and ctx.world.rank == victim:
             raise RuntimeError("harness fail: this rank's set-up raised on purpose")
-        spin_s = (case.size_bytes * float(case.param("spin_ns_per_byte", 1.0)) * 1e-9
-                  * (1.0 + float(case.param("slow_pct", 0.0)) / 100.0))
-        return HarnessState(case.op, ctx.world, victim, spin_s=spin_s, count=1)
+        spin_ns = round(case.size_bytes * float(case.param("spin_ns_per_byte", 1.0))
+                        * (1.0 + float(case.param("slow_pct", 0.0)) / 100.0))
+        return HarnessState(case.op, ctx.world, victim, spin_ns=spin_ns, count=1)
 
     def run(self, state: HarnessState) -> None:
         if state.op == "spin":
-            start = time.perf_counter()
-            end = start + state.spin_s
+            # integer nanoseconds: with float seconds, a clock reading exactly at the deadline
+            # could round to a hair below the spin time and count as early (a false `wrong`)
+            start = time.perf_counter_ns()
+            end = start + state.spin_ns
             now = start
             while now < end:
-                now = time.perf_counter()
-            state.early += now - start < state.spin_s
+                now = time.perf_counter_ns()
+            state.early += now - start < state.spin_ns
             return
         if state.op == "hang" and state.world.rank == state.victim:
             while True:
