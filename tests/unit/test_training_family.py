@@ -369,3 +369,31 @@ def test_report_bars_tell_apart_cases_that_differ_beyond_the_strategy():
     assert len(set(labels)) == 2 and "reduce_dtype=float32" in labels[1]
     shaped = pd.DataFrame([base, {**base, "hidden": 96, "seq_len": 32}])
     assert _labels(shaped)[1] == "reshard+prefetch dp2\nhidden=96\nseq_len=32"
+
+
+@needs_mpi
+def test_four_ranks_hsdp_and_hierarchical_cp(tmp_path):
+    """The layouts two ranks cannot make: HSDP 2x2 (reduce-scatter, then all-reduce of the shard over
+    replicas) and a2a+p2p 2x2 (all-to-all inside pairs and the ring between them), against the
+    references, counted bytes equal to the formula."""
+    from commbench.cli import cli
+    from commbench.runfolder.reader import load
+
+    suite = tmp_path / "four.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: four
+        defaults: {ranks: 4, backends: [gloo], dtypes: [float32], warmup: 1, iters: 2, timeout_s: 180}
+        benchmarks:
+          - {name: hsdp, family: training, ops: [fsdp],
+             params: {model: tiny, tokens_per_rank: 32, layers: 2, replicate: 2}}
+          - {name: cp, family: training, ops: [cp],
+             params: {model: tiny, tokens_per_rank: 32, layers: 2, cp_comm: a2a+p2p, cp_a2a_size: 2}}
+        """))
+    out = tmp_path / "run"
+    res = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = load(out)
+    assert set(df.strategy) == {"reshard+prefetch hsdp 2x2", "a2a+p2p cp4 (2x2)"}
+    assert (df.status == "ok").all() and (df.wrong == 0).all(), df[["op", "status", "reason"]].to_string()
+    assert (df.comm_bytes_per_rank == df.comm_bytes_per_rank_measured).all()
+    assert (df.comm_bytes_per_rank > 0).all()
