@@ -5,6 +5,7 @@ and `run`'s start do not pay for them."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import replace
@@ -37,13 +38,26 @@ def _write_both(doc, out: Path) -> tuple[Path, Path]:
 
 
 @contextmanager
-def _writing(path: Path):
+def _writing(path: Path, option: str = "--out"):
     """An output that cannot be written (read-only folder, a dangling link, a full disk) is a
     one-line error, not a traceback."""
     try:
         yield
     except OSError as exc:
-        raise CommbenchError(f"cannot write {path}: {exc.strerror or exc}; pick another --out") from None
+        raise CommbenchError(f"cannot write {path}: {exc.strerror or exc}; pick another {option}") from None
+
+
+def _check_writable(path: Path, option: str) -> None:
+    """Refuse an output path that cannot be written before a run spends its time (exit 2)."""
+    path = Path(path)
+    if path.is_dir():
+        raise CommbenchError(f"cannot write {path}: it is a folder; pick another {option}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CommbenchError(f"cannot write {path}: {parent} does not exist or is not a folder; "
+                             f"pick another {option}")
+    if not os.access(parent, os.W_OK):
+        raise CommbenchError(f"cannot write {path}: {parent} is not writable; pick another {option}")
 
 
 @click.command("report")
@@ -171,6 +185,10 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                                  "suite with a top-level 'rules:' list.")
         rules_path = own
     ruleset = load_rules(rules_path)  # validate before spending time on a run
+    if junit_path is not None:
+        _check_writable(junit_path, "--junit")
+    if out is not None:
+        _check_writable(_twin_paths(out)[0], "--out")
     if localize is True and ruleset.localize is None:
         ruleset = replace(ruleset, localize=LocalizeSettings())
     elif localize is False:
@@ -200,7 +218,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")
     if junit_path is not None:
-        with _writing(junit_path):
+        with _writing(junit_path, "--junit"):
             junit_path.write_text(junit_xml(verdicts, ruleset.path.stem))
         click.echo(f"wrote {junit_path}")
     failed = sum(not v.passed for v in verdicts)

@@ -161,3 +161,18 @@ def test_junit_counts():
                      Verdict("r2", "rule", False, "0", ">= 1", "too low")], "s")
     root = ET.fromstring(xml.split("?>", 1)[1])
     assert root.get("tests") == "2" and root.get("failures") == "1"
+
+
+@pytest.mark.parametrize("where", ["missing/a.xml", "folder"])
+def test_an_unwritable_junit_path_is_refused_before_the_suite_runs(tmp_path, monkeypatch, where):
+    import commbench.launch.orchestrate as orchestrate
+
+    started = []
+    monkeypatch.setattr(orchestrate, "run_suite", lambda *a, **k: started.append(a) or RUNS / "cpu-base")
+    (tmp_path / "folder").mkdir()
+    from commbench.cli import cli
+
+    res = CliRunner().invoke(cli, ["accept", str(ROOT / "suites" / "acceptance-cpu.yaml"), "--junit",
+                                   str(tmp_path / where), "--out", str(tmp_path / "a.html")])
+    assert res.exit_code == 2, res.output
+    assert "pick another --junit" in res.output and not started
