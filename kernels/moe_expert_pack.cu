@@ -134,7 +134,9 @@ scan_groups(const int* counts, int n, int per_group, int max_count, int* starts,
     const int before = s_carry + (warp ? s_warp[warp - 1] : 0) + incl - v;
     if (i < n) {
       starts[i] = before;
-      if ((i + 1) % per_group == 0) ends[i / per_group] = before + v;
+      // clamped to the rows the buffers hold (err says so below), so the grouped GEMM that reads
+      // ends never sees an offset past its input
+      if ((i + 1) % per_group == 0) ends[i / per_group] = min(before + v, cap);
     }
     __syncthreads();
     if (threadIdx.x == blockDim.x - 1) s_carry = before + v;

@@ -41,10 +41,12 @@ def _compiler_version(compiler: str) -> str:
 def argv(compiler: str, sources: list[Path], out: str, *, lib_name: str, includes=(), libs=()) -> list[str]:
     incs = [f"-I{d}" for d in includes]
     if Path(compiler).name.startswith("nvcc"):   # host-only flags go through -Xcompiler / -Xlinker
-        return [compiler, "-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden",
-                "-Xlinker", f"-soname,{lib_name}", *incs, *map(str, sources), "-o", out, *libs]
+        # a host library: no CUDA runtime linked in, and nothing of a static archive exported
+        return [compiler, "-O2", "-std=c++17", "-shared", "-cudart", "none", "-Xcompiler",
+                "-fPIC,-fvisibility=hidden", "-Xlinker", f"-soname,{lib_name},--exclude-libs,ALL", *incs,
+                *map(str, sources), "-o", out, *libs]
     return [compiler, "-O2", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall",
-            f"-Wl,-soname,{lib_name}", *incs, *map(str, sources), "-o", out, *libs]
+            f"-Wl,-soname,{lib_name},--exclude-libs,ALL", *incs, *map(str, sources), "-o", out, *libs]
 
 
 def build_library(folder: str, lib_name: str, *, includes=(), libs=()) -> Path:

@@ -44,7 +44,12 @@ def test_nccl_loads_the_plugin_and_profiled_runs_stay_correct(tmp_path):
     assert inits and all(d["abi"] == 5 for d in inits)
     n = max(1, gpu_count())
     if n == 1:
-        assert (df.profile_note == "no events (1 rank)").all(), df[["op", "profile_note"]]
+        # NCCL 2.28.9 emits no events for most 1-rank ops; for a few (seen on 1x H200, 2026-12-01:
+        # an all_reduce and sendrecv Case) it emits some, not one set per iteration: no kernel_us then
+        partial = df.profile_note.str.startswith("tasks do not divide evenly")
+        assert (df.profile_note == "no events (1 rank)").sum() >= len(df) // 2, df[["op", "profile_note"]]
+        assert ((df.profile_note == "no events (1 rank)") | partial).all(), df[["op", "profile_note"]]
+        assert df.loc[partial, "kernel_us"].isna().all()
     else:
         assert (df.kernel_us > 0).all() and (df.nccl_channels >= 1).all(), df[["op", "kernel_us", "profile_note"]]
         assert df.nccl_algo.notna().all()
