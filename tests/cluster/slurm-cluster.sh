@@ -36,6 +36,19 @@ require() {
     [[ -s "$STATE/nodes" ]] || die 4 "no namespace cluster is up (state $STATE); run: tests/cluster/netns-cluster.sh up"
 }
 
+# MpiDefault=pmix as sites whose MPI is PMIx-based set it (srun steps wire up without --mpi), where
+# Slurm's pmix plugin can load the PMIx library (Debian: libpmix-dev, which `make slurm-deps`
+# installs); without it every srun that does not name --mpi fails ("can not load PMIx library"),
+# so the cluster then keeps Debian's default, none.
+mpi_default() {
+    if compgen -G "/usr/lib/*/pmix*/lib/libpmix.so" >/dev/null || compgen -G "/usr/lib*/libpmix.so" >/dev/null \
+        || compgen -G "/usr/lib/*/libpmix.so" >/dev/null; then
+        echo pmix
+    else
+        echo none
+    fi
+}
+
 write_conf() {
     local nodes; nodes=$(paste -sd, "$STATE/nodes")
     cat > "$S/slurm.conf" <<EOF
@@ -66,7 +79,7 @@ JobCompType=jobcomp/none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-MpiDefault=pmix   # as sites whose MPI is PMIx-based set it: srun steps wire up without --mpi
+MpiDefault=$(mpi_default)
 ReturnToService=2
 # the nodes share this machine's cores; each may run as many tasks as a job asks for
 SlurmdParameters=config_overrides
@@ -112,7 +125,7 @@ cmd_up() {
     for _ in $(seq 1 60); do
         if [[ $(SLURM_CONF=$S/slurm.conf sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l) -eq $n ]]; then
             trap - ERR
-            echo "slurm-cluster: $n nodes idle (SLURM_CONF=$S/slurm.conf)"
+            echo "slurm-cluster: $n nodes idle (SLURM_CONF=$S/slurm.conf, MpiDefault=$(mpi_default))"
             return 0
         fi
         sleep 0.5
