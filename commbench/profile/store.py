@@ -18,11 +18,26 @@ from pathlib import Path
 TIMELINE_COLUMNS = ["case_id", "rank", "host", "iteration", "start_us", "end_us", "source", "kernel_us"]
 
 
+def _drop_cut_line(path: Path) -> None:
+    """A write cut by a crash or a full disk leaves a last line without its newline: drop that
+    part line, so the next append starts a line of its own (the Case it belonged to reruns)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return
+        fh.seek(0)
+        data = fh.read()
+        fh.truncate(data.rfind(b"\n") + 1)
+
+
 def append_timeline(run_dir: Path, rows: list[dict]) -> None:
     if not rows:
         return
     path = Path(run_dir) / "timeline.csv"
-    new = not path.exists()
+    _drop_cut_line(path)
+    new = not path.exists() or path.stat().st_size == 0
     with open(path, "a", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=TIMELINE_COLUMNS, extrasaction="ignore")
         if new:
@@ -35,6 +50,7 @@ def append_timeline(run_dir: Path, rows: list[dict]) -> None:
 def append_case_line(run_dir: Path, line: dict) -> None:
     path = Path(run_dir) / "traces" / "cases.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
+    _drop_cut_line(path)
     with open(path, "a") as fh:
         fh.write(json.dumps(line) + "\n")
 

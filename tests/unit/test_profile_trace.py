@@ -101,3 +101,17 @@ def test_the_validator_catches_broken_traces():
                                                    "dur": 1}]})
     assert validate_chrome_trace({"traceEvents": [{"ph": "b", "name": "s", "pid": 0, "tid": 0, "ts": 1,
                                                    "id": "x", "cat": "c"}]})
+
+
+def test_a_cut_timeline_line_is_dropped_before_the_next_append(tmp_path):
+    """A full disk cut timeline.csv mid-line; the next append must not glue onto it."""
+    from commbench.profile import store
+
+    row = {"case_id": "a", "rank": 0, "host": "h", "iteration": 0, "start_us": 0.0, "end_us": 1.0,
+           "source": "host", "kernel_us": ""}
+    store.append_timeline(tmp_path, [row])
+    with open(tmp_path / "timeline.csv", "a") as fh:
+        fh.write("a,1,h,1,2.0")   # cut
+    store.append_timeline(tmp_path, [{**row, "case_id": "b"}])
+    df = store.load_timeline(tmp_path)
+    assert list(df.case_id) == ["a", "b"] and len(df.columns) == len(store.TIMELINE_COLUMNS)
