@@ -61,6 +61,10 @@ def run_case(case: Case, ctx: RankContext, broken: bool = False) -> dict:
             ex = state.experts
             other = (ex.first + 1) % state.problem.experts   # any expert but its own
             ex.w13[0], ex.w2[0] = expert_weights(other, ex.hidden, ex.inter, ex.device)
+            # the copies ran on the current stream, the layer runs on a stream of its own: without
+            # this wait the check's experts could still read the old weights (a MISSED verdict
+            # that says nothing about the layer)
+            torch.cuda.synchronize(ex.device)
         wrong = world.sum_int(fam.check(state))
     finally:
         fam.teardown(state)
