@@ -13,19 +13,10 @@
 # Each part is bounded (T_<PART> seconds overrides its limit). Writes $OUT/summary.txt,
 # $OUT/layer_np4.jsonl, $OUT/moe-layer-runs.tgz (run folders, pytest and driver output, report).
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COMMBENCH_JIT_CACHE=${COMMBENCH_JIT_CACHE:-/tmp/cb-jit}
-if ls .whl/*.whl >/dev/null 2>&1; then   # wheels brought along (the GPU machine has no network)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=$PWD:/tmp/site
-fi
+. "$(dirname "$0")/env.sh"   # kill switches, PYTHONPATH, brought wheels, GPUS, MPI
 OUT=${OUT:-/tmp/out}; R=${R:-/tmp/runs-layer}; mkdir -p "$OUT" "$R"
 S="$OUT/summary.txt"; touch "$S"
 TP=../shared/third_party; [ -d shared/third_party ] && TP=shared/third_party
-MPI=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS
-     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES
-     -x PYTHONPATH -x PYTHONUNBUFFERED -x COMMBENCH_JIT_CACHE)
 
 step() {  # step NAME SECONDS SUITE [run options...]: a bounded `commbench run` (rows kept if cut)
   local name=$1 t=$2 suite=$3; shift 3; local t0=$SECONDS

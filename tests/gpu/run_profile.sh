@@ -14,16 +14,9 @@
 # e.g. `bash tests/gpu/run_profile.sh unit tests`. T_<PART> seconds overrides a part's limit.
 # Writes $OUT/summary.txt, $OUT/profile-*.txt, $OUT/profile-runs.tgz.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COMMBENCH_JIT_CACHE=${COMMBENCH_JIT_CACHE:-/tmp/cb-jit}
-if ls .whl/*.whl >/dev/null 2>&1; then   # wheels brought along (the GPU machine has no network)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=$PWD:/tmp/site
-fi
+. "$(dirname "$0")/env.sh"   # kill switches, PYTHONPATH, brought wheels, GPUS, MPI
 OUT=${OUT:-/tmp/out}; R=${R:-/tmp/runs-profile}; mkdir -p "$OUT" "$R"
 S="$OUT/summary.txt"; touch "$S"
-GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
 step() {  # step NAME SECONDS SUITE [run options...]: a bounded `commbench run` (rows kept if cut)
   local name=$1 t=$2 suite=$3; shift 3; local t0=$SECONDS
