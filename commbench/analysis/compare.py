@@ -230,7 +230,10 @@ def _decide(comparable: list, settings: CompareSettings) -> None:
         between = max(_between_pct(pb), _between_pct(pn))
         rec["unstable"] = bool(100.0 * s > UNSTABLE_PCT or between > UNSTABLE_PCT)
         big = abs(rec["change_pct"]) >= settings.threshold_pct
-        if big and pa < settings.alpha:
+        # An unstable point (a bimodal gloo op on a shared CPU flips between runs by 5-35x) must
+        # also clear its own noise floor: a change it cannot show reliably is not a verdict.
+        clears = not rec["unstable"] or abs(rec["change_pct"]) >= rec["noise_pct"]
+        if big and pa < settings.alpha and clears:
             rec["verdict"] = "worse" if ratio > 1.0 else "better"
         else:
             rec["verdict"] = "unchanged"
