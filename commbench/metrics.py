@@ -5,7 +5,6 @@ the whole (gathered / scattered) buffer, alltoall the per-rank send buffer.
 """
 from __future__ import annotations
 
-import statistics
 
 from .dtypes import BYTES as DTYPE_BYTES
 from .families.collectives.ops import OPS
@@ -63,6 +62,8 @@ def percentile(values: list[float], q: float) -> float:
 
 def summarize(times_us: list[float]) -> dict[str, float]:
     """median / min / p90 / max of per-iteration times (already the slowest rank's)."""
+    import statistics   # here, not at the top: `validate` and `--help` never need it
+
     return {
         "time_us": statistics.median(times_us),
         "time_us_min": min(times_us),

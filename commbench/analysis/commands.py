@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 
 from ..errors import CommbenchError
-from ..runfolder import is_run_folder
 
 
 def _twin_paths(out: Path) -> tuple[Path, Path]:
@@ -173,6 +172,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
 
     Exit status: 0 every check passed, 1 a check failed, 2 bad input.
     """
+    from ..runfolder import is_run_folder
     from ..runfolder.reader import load_run
     from .accept.rules import LocalizeSettings, load_rules
     from .accept.verdict import accept_document, evaluate, junit_xml, verdict_table

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,7 +202,10 @@ def resolve_debug_file(pattern: str | None = None, *, host: str | None = None,
     pattern = os.environ.get("NCCL_DEBUG_FILE") if pattern is None else pattern
     if not pattern:
         return None
-    host = socket.gethostname() if host is None else host
+    if host is None:
+        import socket   # here: validate imports this module and never needs it
+
+        host = socket.gethostname()
     pid = os.getpid() if pid is None else pid
     path = Path(pattern.replace("%h", host).replace("%p", str(pid)))
     if not path.exists() and "%h" in pattern:

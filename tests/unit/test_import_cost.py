@@ -37,7 +37,7 @@ def test_help_and_validate_import_no_heavy_package(args):
 
 @pytest.mark.parametrize("args", [("--help",), ("validate", "suites/collectives.yaml")])
 def test_import_time_is_under_budget(args):
-    best = min(imports_of(*args)[1] for _ in range(3))   # the least-disturbed of three runs
+    best = min(imports_of(*args)[1] for _ in range(5))   # the least-disturbed of five runs
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
     if best >= IMPORT_BUDGET_S and load > 1.0:
         # wall-clock import times stretch with the queue of an oversubscribed machine; the

@@ -6,7 +6,6 @@ a multicast object.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 from typing import Mapping
 
@@ -88,6 +87,8 @@ def device_supports_multicast(ordinal: int) -> bool | None:
 
 
 def _attribute_via_libcuda(ordinal: int) -> bool | None:
+    import ctypes   # here: validate imports this module and never needs it
+
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:

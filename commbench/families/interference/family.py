@@ -10,7 +10,6 @@ measurement runs with the collective in a thread beside torch's matmul.
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from ... import metrics
@@ -109,6 +108,8 @@ class Interference(Family):
         from . import gemm, overlap
 
         phases = overlap.measure(state.pair, warmup, iters, state.world.barrier)
+        import statistics
+
         med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
         mine = {"gemm_alone_us": med([s.gemm_us for s in phases["gemm"]]),
                 "comm_alone_us": med([s.comm_us for s in phases["comm"]]),
