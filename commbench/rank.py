@@ -46,8 +46,10 @@ def main(argv: list[str]) -> int:
         hosts_file = run_dir / "logs" / f"launch-{task['launch_id']}.hosts.json"
         hosts_file.write_text(json.dumps({"hosts": list(world.hosts), "num_nodes": world.num_nodes,
                                           "kill_switches_seen": {str(r): v for r, v in enumerate(seen)}}))
+    gpus_file = run_dir / "logs" / f"launch-{task['launch_id']}.gpus.json"
     run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])),
-              switches_at_start=active_kill_switches(_SWITCHES_AT_START))
+              switches_at_start=active_kill_switches(_SWITCHES_AT_START),
+              on_bound=lambda record: gpus_file.write_text(json.dumps(record)))
     world.barrier()
     return 0
 

@@ -14,7 +14,7 @@ import pandas as pd
 from commbench.runfolder.reader import Run, iteration_times
 from commbench.units import format_size
 
-from . import noise
+from . import noise, rehearsal
 
 KEY = ["family", "op", "backend", "variant", "dtype", "size_bytes", "world_size"]
 # Optional columns that also tell points apart when both runs have them.
@@ -76,6 +76,11 @@ class _SidePoint:
     times_us: list
     busbw: list
     samples: list
+    shared: list = None   # per run: ranks that shared the point's GPU (0: not said / not shared)
+
+    @property
+    def most_shared(self) -> int:
+        return max(self.shared or [0])
 
     @property
     def status(self) -> str:
@@ -89,11 +94,14 @@ def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
     points: dict[tuple, _SidePoint] = {}
     for i, run in enumerate(runs):
         samples = _samples_by_case(run)
-        cols = [c for c in ("status", "time_us", "busbw_gbps", "case_id") if c in run.results.columns]
+        cols = [c for c in ("status", "time_us", "busbw_gbps", "case_id", rehearsal.COLUMN)
+                if c in run.results.columns]
         for row in run.results[keys + [c for c in cols if c not in keys]].to_dict("records"):
             key = tuple(_key_value(row[k]) for k in keys)
             pt = points.setdefault(key, _SidePoint(["missing"] * len(runs), [math.nan] * len(runs),
-                                                   [math.nan] * len(runs), [None] * len(runs)))
+                                                   [math.nan] * len(runs), [None] * len(runs),
+                                                   [0] * len(runs)))
+            pt.shared[i] = rehearsal.ranks_per_gpu(row.get(rehearsal.COLUMN))
             pt.statuses[i] = str(row.get("status", "ok") or "ok")
             pt.times_us[i] = _num(row.get("time_us"))
             pt.busbw[i] = _num(row.get("busbw_gbps"))
@@ -159,6 +167,9 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
             rec.update(verdict="skipped", why="skipped in both")
         elif sb != "ok" or sn != "ok":
             rec["why"] = f"status base={sb} new={sn}"
+        elif max(pb.most_shared, pn.most_shared) > 1:   # a rehearsal's times are not speed
+            side = "base" if pb.most_shared > 1 else "new"
+            rec["why"] = f"{side}: " + rehearsal.shared_reason(max(pb.most_shared, pn.most_shared))
         elif any(not (t > 0) for t in pb.times_us + pn.times_us):
             rec["why"] = "no positive time"
         else:

@@ -140,6 +140,7 @@ class RankContext:
 
     world: Any  # commbench.world.World
     device: str  # "cuda:N" or "cpu"
+    ranks_per_gpu: int | None = None  # most ranks bound to one GPU in the launch (> 1: shared)
     cache: dict = field(default_factory=dict)
     closers: list[Callable[[], None]] = field(default_factory=list)
     launch_env: dict = field(default_factory=dict)

@@ -121,11 +121,20 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         measured_env = (launch.env, launch.nccl_profile)   # NCCL loads a profiler plugin once, too
         allow_mc = any(c.param("allow_multicast") for c in cases)
         saved = dict(os.environ)
+        # the launch's environment is built from this process's before it replaces it (built after
+        # a clear, it lost PATH, COMMBENCH_JIT_CACHE and every forwarded variable: nvcc then found
+        # no cc1plus and kernels were cached under ~/.cache)
+        ranks_env = launch_env(folder.path, {**dict(launch.env), **profile_env(folder, launch)}, allow_mc)
         os.environ.clear()
-        os.environ.update(launch_env(folder.path, {**dict(launch.env), **profile_env(folder, launch)}, allow_mc))
+        os.environ.update(ranks_env)
+        def on_bound(record: dict) -> None:   # rank 0: how the ranks share GPUs, into run.json
+            meta = folder.read_meta()
+            meta.setdefault("gpu_binding", {})[f"inprocess-{launch.launch_id}"] = record
+            folder.write_meta(meta)
+
         try:
             run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"),
-                      on_row=on_row if lines is not None else None)
+                      on_row=on_row if lines is not None else None, on_bound=on_bound)
         finally:
             os.environ.clear()
             os.environ.update(saved)

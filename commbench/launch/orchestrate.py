@@ -146,5 +146,13 @@ def _merge_hosts(folder: RunFolder, meta: dict) -> None:
         meta["hosts"] = sorted(hosts)
     if seen:
         meta["kill_switches_seen_by_ranks"] = seen
+    sharing = {}
+    for p in sorted((folder.path / "logs").glob("launch-*.gpus.json")):
+        try:
+            sharing[p.name.split(".")[0]] = json.loads(p.read_text())
+        except ValueError:
+            continue
+    if sharing:   # per launch: ranks per GPU and the NCCL host identity of each sharing rank
+        meta["gpu_binding"] = sharing
 
 

@@ -22,6 +22,7 @@ from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
 from ..runfolder import RunFolder, case_row
 from ..runfolder.writer import STORAGE_FULL_EXIT
 from ..world import World
+from . import device as device_binding
 from . import native_loop, timing
 from .state import CaseState
 
@@ -56,23 +57,24 @@ def _agree(world: World, fn, undo=None):
 
 
 def select_device(world: World, cases: list[Case]) -> str:
-    """Bind this rank to local GPU (local_rank mod GPUs) when any Case needs one."""
-    if not any(get_family(c.family).needs_gpu for c in cases):
-        return "cpu"
-    try:
-        import torch
-    except ImportError:
-        return "cpu"
-    if not torch.cuda.is_available():
-        return "cpu"
-    idx = world.local_rank % torch.cuda.device_count()
-    torch.cuda.set_device(idx)
-    return f"cuda:{idx}"
+    """Bind this rank to local GPU (local_rank mod GPUs) when any Case needs one (a collective)."""
+    return bind_device(world, cases).device
 
 
-def base_row(case: Case, world: World, log: str) -> dict:
-    return case_row(case, world_size=world.size, num_nodes=world.num_nodes,
-                    ranks_per_node=world.local_size, log=log)
+def bind_device(world: World, cases: list[Case]) -> device_binding.Binding:
+    """The rank's GPU binding; ranks that share a GPU get their own NCCL host identity (a collective)."""
+    return device_binding.bind(world, any(get_family(c.family).needs_gpu for c in cases))
+
+
+CPU_BACKENDS = ("gloo", "mpi")   # backends whose Cases run on host memory in any launch
+
+
+def base_row(case: Case, world: World, log: str, ranks_per_gpu: int | None = None) -> dict:
+    row = case_row(case, world_size=world.size, num_nodes=world.num_nodes,
+                   ranks_per_node=world.local_size, log=log)
+    if ranks_per_gpu is not None and case.backend not in CPU_BACKENDS:
+        row["ranks_per_gpu"] = ranks_per_gpu   # > 1: a correctness run, its times are not speed
+    return row
 
 
 def _time(fam, case: Case, state: CaseState, world: World, prof: CaseProfiler) -> tuple[list[float], str]:
@@ -126,7 +128,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     """Measure one Case on every rank. Returns (row, samples) meaningful on rank 0."""
     world = ctx.world
     fam = get_family(case.family)
-    row = base_row(case, world, log)
+    row = base_row(case, world, log, ctx.ranks_per_gpu)
     reason = fam.unsupported(case)
     if reason:
         row.update(status="skipped", reason=reason)
@@ -265,21 +267,27 @@ def _store(folder: RunFolder, row: dict, samples: list[dict], world: World) -> N
 
 
 def run_cases(cases: list[Case], world: World, folder: RunFolder, log: str,
-              progress: Progress | None = None, on_row=None, switches_at_start: dict | None = None) -> None:
+              progress: Progress | None = None, on_row=None, switches_at_start: dict | None = None,
+              on_bound=None) -> None:
     """Run Cases in order on this rank; rank 0 stores each row as soon as it is measured.
 
     Before the first Case and after every Case's set-up, each rank compares the multicast kill
-    switches it sees with what its launch set; any difference fails the Case unmeasured."""
+    switches it sees with what its launch set; any difference fails the Case unmeasured.
+    ``on_bound(record)`` gets, on rank 0, how the ranks were bound to GPUs (for run.json)."""
     at_start = safety.active_kill_switches() if switches_at_start is None else switches_at_start
     refused = _tampered(world, at_start) or _tampered(world, safety.active_kill_switches())
-    ctx = RankContext(world=world, device="cpu" if refused else select_device(world, cases))
+    binding = device_binding.Binding("cpu") if refused else bind_device(world, cases)
+    record = device_binding.sharing_record(world, binding)
+    if on_bound is not None and world.is_root:
+        on_bound(record)
+    ctx = RankContext(world=world, device=binding.device, ranks_per_gpu=binding.ranks_per_gpu)
     ctx.cache[PROFILE_KEY] = LaunchProfiling(world, folder.path)   # rank clocks aligned over MPI
     progress = progress if (progress and world.is_root) else Progress(None)
     try:
         for case in cases:
             progress.emit("start", case)
             if refused:
-                row, samples = base_row(case, world, log), []
+                row, samples = base_row(case, world, log, ctx.ranks_per_gpu), []
                 row.update(status="failed", reason=refused)
             else:
                 row, samples = measure_case(case, ctx, log)

@@ -107,7 +107,10 @@ def merge_reports(case, reports: list[dict], offsets: list[ClockOffset]) -> tupl
     by_rank = sorted(reports, key=lambda r: r["rank"])
     off = {o.rank: o for o in offsets}
     rows, t0 = [], None
-    if world_size > 1 and all(r.get("timeline") for r in by_rank) and len({r["source"] for r in by_rank}) == 1:
+    # (timelines go on the common clock only with every rank's offset: a rank measured outside a
+    # launch has none, and gets no skew columns rather than a KeyError)
+    if (world_size > 1 and all(r.get("timeline") and r["rank"] in off for r in by_rank)
+            and len({r["source"] for r in by_rank}) == 1):
         common = [[(off[r["rank"]].to_common(s), off[r["rank"]].to_common(e)) for s, e in r["timeline"]]
                   for r in by_rank]
         t0 = min(s for spans in common for s, _ in spans)

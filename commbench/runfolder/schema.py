@@ -10,12 +10,12 @@ COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "d
            "algbw_gbps", "busbw_gbps", "wrong", "status", "reason", "log"]
 # Columns some families add, named in docs/results.md (an acceptance rule may name them: on a
 # run without them it simply matches no rows).
-FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport"]
+FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks_per_gpu"]
 TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_max"]   # lower is better
 SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
 STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")
 # Columns a reader turns into numbers (an empty cell becomes NaN).
-NUMERIC = ("size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "warmup", "iters",
+NUMERIC = ("size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu", "warmup", "iters",
            "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps", "busbw_gbps",
            "wrong")
 # Columns a reader turns into strings (an empty cell becomes "").

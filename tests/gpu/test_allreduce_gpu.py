@@ -150,16 +150,15 @@ def main(argv=None) -> int:
     ap.add_argument("--params", default="{}")
     ap.add_argument("--env-json", default="{}")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--family", default="allreduce")   # collectives: the CPU stand-in's gloo/mpi run
     args = ap.parse_args(argv)
-    from commbench.families.base import Case, RankContext
+    from commbench.families.base import Case
+    from commbench.measure.standalone import close_rank, open_rank
     from commbench.units import parse_size
-    from commbench.world import build_world
 
-    world = build_world()   # the same World the runner gives families (bcast, allgather, ...)
-    import torch
-
-    torch.cuda.set_device(world.local_rank % torch.cuda.device_count())
-    ctx = RankContext(world=world, device=f"cuda:{torch.cuda.current_device()}")
+    ctx = open_rank(needs_gpu=args.family != "collectives" or any(b not in ("gloo", "mpi") for b in args.backends))
+    # ^ what a launch gives a rank: World, bound GPU, kill switches recorded
+    world = ctx.world
     params = tuple(sorted(json.loads(args.params).items()))
     env = tuple(sorted(json.loads(args.env_json).items()))
     rows = []
@@ -167,7 +166,7 @@ def main(argv=None) -> int:
         for backend in args.backends:
             for dtype in args.dtypes:
                 for size in args.sizes:
-                    case = Case(suite="gpu-test", bench="gpu", family="allreduce", op="all_reduce",
+                    case = Case(suite="gpu-test", bench="gpu", family=args.family, op="all_reduce",
                                 backend=backend, variant="default", env=env, dtype=dtype,
                                 size_bytes=parse_size(size), params=params, warmup=2, iters=args.iters,
                                 timing="events", ranks=world.size, ranks_per_node=world.size, timeout_s=60)
@@ -175,8 +174,7 @@ def main(argv=None) -> int:
                     if world.is_root:
                         print(json.dumps(rows[-1]), flush=True)
     finally:
-        for fn in reversed(ctx.closers):
-            fn()
+        close_rank(ctx)
     if world.is_root:
         Path(args.rows).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return 0

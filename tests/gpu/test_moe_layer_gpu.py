@@ -88,18 +88,16 @@ def plan(ranks: int, backends=BACKENDS) -> list[tuple[Case, bool]]:
 def make_ctx() -> RankContext:
     import os
 
-    from commbench.world import build_world
+    from commbench.measure.standalone import open_rank
 
     os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", "2G")
-    world = build_world()
-    dev = world.local_rank % torch.cuda.device_count()
-    torch.cuda.set_device(dev)
-    return RankContext(world=world, device=f"cuda:{dev}")
+    return open_rank()   # what a launch gives a rank: World, bound GPU, kill switches recorded
 
 
 def close(ctx: RankContext) -> None:
-    for fn in reversed(ctx.closers):
-        fn()
+    from commbench.measure.standalone import close_rank
+
+    close_rank(ctx)
 
 
 @pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU")

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
-from commbench.families.base import Case, RankContext  # noqa: E402
+from commbench.families.base import Case  # noqa: E402
 
 OPS = [  # (op, backend, dtype, size_bytes, params)
     ("put", "nvshmem", "float32", 1 << 20, {}),
@@ -39,15 +39,11 @@ OPS = [  # (op, backend, dtype, size_bytes, params)
 
 @pytest.fixture(scope="module")
 def ctx():
-    from commbench.measure.runner import select_device
-    from commbench.world import build_world
+    from commbench.measure.standalone import close_rank, open_rank
 
-    world = build_world()
-    c = RankContext(world=world, device="cpu")
-    c.device = select_device(world, [make_case("put", "nvshmem", "float32", 64, {})])
+    c = open_rank()   # what a launch gives a rank: World, bound GPU, kill switches recorded
     yield c
-    for fn in reversed(c.closers):
-        fn()
+    close_rank(c)
 
 
 def make_case(op, backend, dtype, size, params, timing="auto"):

@@ -33,14 +33,10 @@ def make_case(op, backend, size, warmup=3, iters=20, **params):
 
 
 @lru_cache(maxsize=1)
-def _world():
-    from commbench.world import build_world
+def ctx() -> RankContext:
+    from commbench.measure.standalone import open_rank
 
-    return build_world()   # one process: MPI's singleton world, as the runner gives families
-
-
-def ctx():
-    return RankContext(world=_world(), device="cuda:0")
+    return open_rank()   # one process (MPI's singleton world), prepared as a launch prepares a rank
 
 
 def measure(op, backend, size, warmup=3, iters=20, **params) -> dict:

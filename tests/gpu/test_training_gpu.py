@@ -14,8 +14,6 @@ import sys
 import pytest
 import torch
 
-from commbench.errors import SkipCase
-from commbench.families import get_family
 from commbench.families.base import Case, RankContext
 
 NO_GPU = not torch.cuda.is_available()
@@ -24,8 +22,11 @@ SMALL = {"model": "tiny", "hidden": 1024, "ffn": 2816, "heads": 8, "kv_heads": 2
          "layers": 2}
 
 
+BACKEND = "nccl"   # the CPU stand-in (tests/unit/test_gpu_harness_cpu.py) drives this plan on gloo
+
+
 def make_case(op, params, ranks, dtype="bfloat16", iters=5):
-    return Case(suite="gpu-test", bench="training", family="training", op=op, backend="nccl",
+    return Case(suite="gpu-test", bench="training", family="training", op=op, backend=BACKEND,
                 variant="default", env=(), dtype=dtype, size_bytes=1, params=tuple(sorted(params.items())),
                 warmup=2, iters=iters, timing="auto", ranks=ranks, ranks_per_node=ranks, timeout_s=600)
 
@@ -51,28 +52,19 @@ def plan(ranks: int) -> list[tuple[Case, bool]]:
 
 
 def measure(case: Case, ctx: RankContext) -> dict:
-    fam, world = get_family("training"), ctx.world
-    row = {"op": case.op, "dtype": case.dtype, "ranks": world.size, **dict(case.params)}
-    reason = fam.unsupported(case)
-    if reason:
-        return {**row, "status": "skipped", "reason": reason}
-    try:
-        state = fam.setup(case, ctx)
-    except SkipCase as exc:
-        return {**row, "status": "skipped", "reason": str(exc)}
-    samples = state.measure(case.warmup, case.iters)
-    wrong = world.sum_int(fam.check(state))
-    extra = dict(state.extra)
-    fam.teardown(state)
-    torch.cuda.empty_cache()
-    return {**row, "status": "ok" if wrong == 0 else "wrong", "wrong": wrong, "timing": state.timing_label,
-            "samples": len(samples), **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in extra.items()}}
+    """The runner's own path for one Case (measure_case: set-up, timing, check, teardown); rank 0's
+    row (every rank returns its status)."""
+    from commbench.measure.runner import measure_case
+
+    row, samples = measure_case(case, ctx, "gpu-test")
+    row = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items() if v is not None}
+    return {**row, "ranks": ctx.world.size, "samples": len(samples)}
 
 
-def _ctx(world) -> RankContext:
-    idx = world.local_rank % torch.cuda.device_count()
-    torch.cuda.set_device(idx)
-    return RankContext(world=world, device=f"cuda:{idx}")
+def _ctx(world=None) -> RankContext:
+    from commbench.measure.standalone import open_rank
+
+    return open_rank(world=world)   # what a launch gives a rank: bound GPU, kill switches recorded
 
 
 def _verdict(row: dict, must_be_correct: bool) -> list[str]:
@@ -85,7 +77,10 @@ def _verdict(row: dict, must_be_correct: bool) -> list[str]:
         bad.append("a stale schedule passed the check")
     if row["comm_bytes_per_rank"] != row["comm_bytes_per_rank_measured"]:
         bad.append(f"bytes: formula {row['comm_bytes_per_rank']} counted {row['comm_bytes_per_rank_measured']}")
-    if row["timing"] != "step_events" or not row["step_us"] > 0 or not row["compute_us"] > 0:
+    if row["status"] not in ("ok", "wrong"):
+        bad.append(f"status {row['status']}: {row.get('reason')}")
+        return bad
+    if row["timing"] not in ("step_events", "step_host") or not row["step_us"] > 0 or not row["compute_us"] > 0:
         bad.append("no event timing")
     return bad
 
@@ -94,9 +89,7 @@ def _verdict(row: dict, must_be_correct: bool) -> list[str]:
 def ctx():
     if NO_GPU:
         pytest.skip("no CUDA GPU on this machine")
-    from commbench.world import build_world
-
-    return _ctx(build_world())
+    return _ctx()
 
 
 @pytest.mark.gpu
@@ -111,15 +104,13 @@ def test_one_rank(ctx, index):
 
 
 def main(out_path: str) -> int:
-    from commbench.world import build_world
-
-    world = build_world()
-    ctx = _ctx(world)
+    ctx = _ctx()
+    world = ctx.world
     failures = 0
     with open(out_path, "w") if world.is_root else open("/dev/null", "w") as fh:
         for case, must_be_correct in plan(world.size):
             row = measure(case, ctx)
-            bad = _verdict(row, must_be_correct)
+            bad = _verdict(row, must_be_correct) if world.is_root else []   # the row lives on rank 0
             failures += bool(bad)
             if world.is_root:
                 fh.write(json.dumps({**row, "problems": bad}) + "\n")

@@ -11,6 +11,7 @@ import pandas as pd
 from .localize import blame_pairs, host_outliers, slow_from_samples
 from .pairs import as_findings, compare_pairs, pair_key, slow_pair_reasons
 from .rules import Rule, RuleSet, check_columns
+from commbench.analysis import rehearsal
 from commbench.runfolder.reader import Run
 from commbench.runfolder.schema import TIME_COLUMNS
 from commbench.units import format_size
@@ -92,6 +93,11 @@ def evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
     if len(ok) < max(rule.min_rows, 1):
         return Verdict(rule.name, "rule", False, desc, f"at least {max(rule.min_rows, 1)} ok rows",
                        "the selector matched too few ok rows (wrong selector, or points failed)")
+    shared = rehearsal.shared_mask(ok)
+    if shared.any() and rehearsal.is_speed_metric(rule.metric):   # never judge speed on a rehearsal
+        most = int(pd.to_numeric(ok[rehearsal.COLUMN], errors="coerce").max())
+        return Verdict(rule.name, "rule", False, desc, f"{rule.metric} measured with one rank per GPU",
+                       f"{int(shared.sum())} selected row(s): " + rehearsal.shared_reason(most))
     value, where = _aggregate(ok, rule)
     if math.isnan(value):
         return Verdict(rule.name, "rule", False, desc, "a number", f"{rule.metric} is empty")

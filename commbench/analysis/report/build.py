@@ -39,11 +39,17 @@ def build_report(runs: list[Run]) -> Document:
     if any(busy_reasons(r.meta.get("machine_load")) for r in runs):
         sec.text("Warning: the machine was busy during a run (see Warnings): its times may be noisy or slow.")
 
+    rehearsed = _rehearsal_note(df)
+    if rehearsed:
+        sec.text("Correctness rehearsal: " + rehearsed)
+
     sec = doc.section("Curves")
     sec.text("One panel per op; one line per run/backend/variant (and dtype, in_place, world "
              "size, timing where they vary). Only ok rows. Log axes; busbw 0 (one rank) is not drawn.")
+    title = plot_title(df, [r.meta for r in runs]) + (" [rehearsal: ranks shared a GPU, not speed]"
+                                                      if rehearsed else "")
     for metric, name in (("busbw_gbps", "busbw.png"), ("time_us", "time.png")):
-        fig = metric_figure(df, metric, plot_title(df, [r.meta for r in runs]))
+        fig = metric_figure(df, metric, title)
         sec.image(figure_png(fig) if fig is not None else None, f"{metric} vs size", name)
 
     _training_section(doc, df)
@@ -69,6 +75,8 @@ def build_report(runs: list[Run]) -> Document:
         sub = sec.sub("Busy machine")
         for w in busy:
             sub.text(w)
+    if rehearsed:
+        sec.sub("Ranks shared a GPU").text(rehearsed)
     sub = sec.sub("Unstable points")
     sub.text(f"ok points whose p90 time is more than {tables.UNSTABLE_P90_OVER_MEDIAN}x the "
              "median: the median hides a slow tail; rerun with more iterations or find the noise.")
@@ -76,6 +84,19 @@ def build_report(runs: list[Run]) -> Document:
     sec.sub("Wrong results (wrong > 0)").table(tables.wrong_rows(df))
     sec.sub("Skipped, failed and timed-out points").table(tables.not_ok_rows(df))
     return doc
+
+
+def _rehearsal_note(df: pd.DataFrame) -> str:
+    """A sentence when rows ran with several ranks on one GPU (their times are not speed)."""
+    from .. import rehearsal
+
+    shared = rehearsal.shared_mask(df)
+    if not shared.any():
+        return ""
+    most = int(pd.to_numeric(df.loc[shared, rehearsal.COLUMN], errors="coerce").max())
+    return (f"{int(shared.sum())} of {len(df)} points ran with up to {most} ranks on one GPU. They prove "
+            f"the results (wrong column) and the multi-rank code paths; their times and bandwidths are the "
+            f"GPU time-sliced between processes and say nothing about speed (docs/rehearsal.md).")
 
 
 def _training_section(doc: Document, df: pd.DataFrame) -> None:

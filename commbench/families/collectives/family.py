@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from ... import dtypes, metrics
 from ...errors import SkipCase
+from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
 from ..base import Case, Family, Param, RankContext, Traffic
 from .ops import OPS, no_in_place_reason
@@ -74,9 +75,9 @@ class Collectives(Family):
 
             if not ctx.device.startswith("cuda"):
                 raise SkipCase("nccl backend needs a GPU; none is visible to this rank")
-            if torch.cuda.device_count() < world.local_size:
-                raise SkipCase(f"NCCL needs one GPU per rank: {world.local_size} ranks on this node, "
-                               f"{torch.cuda.device_count()} GPU(s)")
+            clash = nccl_identity_clash(world, ctx.device)   # ranks sharing a GPU: own NCCL_HOSTID each
+            if clash:
+                raise SkipCase(clash)
             device = ctx.device
             # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with
             # the legacy default stream; torch_nccl: the framework's current stream

@@ -13,6 +13,7 @@ commbench/families/moe/layer.py); model presets and phases set its shape and tok
 from __future__ import annotations
 
 from ...errors import SkipCase
+from ...measure.device import nccl_identity_clash
 from ..base import Case, Family, Param, RankContext, Traffic, multiple_of
 from . import layer_plan
 from .layer_plan import GEMMS, OVERLAPS
@@ -219,12 +220,10 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
 
 
 def _nccl_group(ctx: RankContext):
-    """The launch's torch process group; NCCL cannot put two ranks on one GPU."""
-    world = ctx.world
-    places = world.allgather((world.hostname, ctx.device))
-    if len(set(places)) != len(places):
-        raise SkipCase("NCCL refuses several ranks on one GPU (Duplicate GPU detected): "
-                       "this backend needs one GPU per rank")
+    """The launch's torch process group (ranks sharing a GPU have their own NCCL_HOSTID each)."""
+    clash = nccl_identity_clash(ctx.world, ctx.device)
+    if clash:
+        raise SkipCase(clash)
     from ..collectives.torch_ops import process_group
 
     return process_group(ctx)

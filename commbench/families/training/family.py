@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 from ...errors import SkipCase
+from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
 from ..base import Case, Family, RankContext, Traffic
 from .params import PARAMS
@@ -169,11 +170,9 @@ def _device(backend: str, ctx: RankContext) -> str:
         return "cpu"
     if not str(ctx.device).startswith("cuda"):
         raise SkipCase("the nccl backend needs a CUDA GPU; none is visible to this rank")
-    world = ctx.world
-    places = world.allgather((world.hostname, ctx.device))
-    if len(set(places)) != len(places):
-        raise SkipCase("NCCL refuses several ranks on one GPU (Duplicate GPU detected): "
-                       "this backend needs one GPU per rank")
+    clash = nccl_identity_clash(ctx.world, ctx.device)   # ranks sharing a GPU: own NCCL_HOSTID each
+    if clash:
+        raise SkipCase(clash)
     return ctx.device
 
 
