@@ -2,62 +2,162 @@
 # The one GPU session of commbench: every GPU check, each step bounded (a step that runs out of
 # time is killed; a `commbench run` keeps every row measured so far), results under $OUT.
 #
-#   bash tests/gpu/session.sh                   # build tests families suites (+ x2 on 2+ GPUs)
-#   bash tests/gpu/session.sh build tests       # only the named groups, in the order given
+#   bash tests/gpu/session.sh                   # the gate: build tests shared families (+ x2 on 2+ GPUs)
+#   bash tests/gpu/session.sh build shared-full # only the named groups, in the order given
+#
+# The default run is the gate every change to commbench/ or kernels/ passes on its final commit
+# (a representative slice of every group, ranks sharing the GPU included; under 10 minutes on one
+# H200); its summary goes under docs/measurements/<date>-<machine>-session/. Its status is 0 only
+# when every step is: a step's rows must each have the status the step expects (a step that
+# injects a fault names the rows and the status it expects: tests/gpu/check_rows.py), and its
+# commbench exit status must be what its rows imply.
 #
 # Groups:
-#   build     every kernel library in parallel (tests/gpu/prebuild.py), cached in $COMMBENCH_JIT_CACHE
-#   tests     the GPU tests (pytest tests/gpu/test_*_gpu.py) and the moe test under mpirun (4, 1, 2 ranks)
+#   build     every kernel library in parallel (tests/gpu/prebuild.py), cached in $COMMBENCH_JIT_CACHE,
+#             and DeepEP from $TP/deepep-v1.2.1.tar.gz beside it (when the tarball is there)
+#   tests     the GPU tests (pytest tests/gpu/test_*_gpu.py, the shared-rank allreduce tests) and
+#             the moe test driver under mpirun with 2 ranks sharing the GPU
+#   shared    ranks sharing the GPU through `commbench run` (2 and 4 ranks; NCCL with one
+#             NCCL_HOSTID per rank): collectives, allreduce, training, MoE, profiling and a
+#             straggler, one suite inside MPI (mpiexec -n 2 commbench run), compare refusing them
 #   families  one small suite per family (tests/gpu/suites/*-smoke.yaml, nvshmem-small.yaml, nccl-smoke.yaml)
+#   tests-all every GPU test, the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
+#   shared-full the shared suites in full, the MoE layer rehearsal, NCCL Inspector beside our plugin
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
 #   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
-#             .tp/nccl-tests-2.19.6.tar.gz): parity.md and parity.tgz; then the cache-hot A/B
+#             $TP/nccl-tests-2.19.6.tar.gz): parity.md and parity.tgz; then the cache-hot A/B
 #             (buffer_span_bytes 0) and nccl-tests' fixed per-batch cost (-n 20 against -n 200)
 #   x2        two GPUs: tests/gpu/suites/x2.yaml, x2-algos.yaml, x2-more.yaml, suites/moe.yaml at 2 ranks
+# Third-party tarballs ($TP): .tp/ in the checkout (carried to the GPU machine), else ../shared/third_party.
 # Every step's time limit is T_<STEP> seconds (e.g. T_COLLECTIVES=200), the default beside it.
-# $OUT gets summary.txt (one line per step with its exit status, then its tail), info.json,
-# pytest-*.log, moe_np*.jsonl, allreduce-gpu/ (rows and NCCL debug logs), proxy_gpu.jsonl and
-# runs.tgz (every run folder and one report over them).
+# $OUT gets summary.txt (one line per step with its exit status, then its tail), status.txt (the
+# session's verdict), info.json, pytest-*.log, moe_np*.jsonl, allreduce-gpu/ (rows and NCCL debug
+# logs), proxy_gpu.jsonl and runs.tgz (every run folder and one report over them).
 set -uo pipefail
 . "$(dirname "$0")/env.sh"   # kill switches, PYTHONPATH, brought wheels, GPUS, MPI
 OUT=${OUT:-/tmp/out}; R=${R:-/tmp/runs}; mkdir -p "$OUT" "$R"
 S="$OUT/summary.txt"; touch "$S"
+TP=.tp; [ -d "$TP" ] || TP=../shared/third_party
+FAILED=()   # steps whose status was not the expected one
 
 limit() {  # limit NAME DEFAULT: the step's time limit, T_<NAME> overrides it
   local var="T_$(echo "$1" | tr 'a-z-' 'A-Z_')"; echo "${!var:-$2}"
 }
-cmd() {  # cmd NAME DEFAULT_SECONDS COMMAND...: a bounded command, its output in $OUT/NAME.log
-  local name=$1 t; t=$(limit "$1" "$2"); shift 2; local t0=$SECONDS
-  timeout -s TERM "$t" "$@" > "$OUT/$name.log" 2>&1
-  echo "== $name: rc=$? in $((SECONDS - t0)) s (limit $t s)" >> "$S"
-  tail -n 15 "$OUT/$name.log" >> "$S"
+verdict() {  # verdict NAME RC: record a step's status (0 = as expected)
+  [ "$2" -eq 0 ] || FAILED+=("$1")
 }
-run() {  # run NAME DEFAULT_SECONDS SUITE [commbench run options...]: a bounded `commbench run`
-  local name=$1 t; t=$(limit "$1" "$2"); local suite=$3; shift 3; local t0=$SECONDS
-  timeout -s TERM "$t" python3 -m commbench run "$suite" --out "$R/$name" --quiet "$@" > "$R/$name.console.txt" 2>&1
-  echo "== run $name: rc=$? in $((SECONDS - t0)) s (limit $t s): commbench run $suite $*" >> "$S"
-  tail -n 30 "$R/$name.console.txt" >> "$S"
+cmd() {  # cmd NAME DEFAULT_SECONDS COMMAND...: a bounded command that must exit 0, its output in $OUT/NAME.log
+  local name=$1 t rc; t=$(limit "$1" "$2"); shift 2; local t0=$SECONDS
+  timeout -s TERM "$t" "$@" > "$OUT/$name.log" 2>&1; rc=$?
+  echo "== $name: rc=$rc in $((SECONDS - t0)) s (limit $t s)" >> "$S"
+  tail -n 15 "$OUT/$name.log" >> "$S"; verdict "$name" "$rc"
 }
+run() {  # run NAME DEFAULT_SECONDS SUITE [commbench run options...] [-- check_rows options...]
+  # A bounded `commbench run`; its rows are then held to what the step expects (check_rows.py).
+  local name=$1 t rc crc; t=$(limit "$1" "$2"); local suite=$3; shift 3; local t0=$SECONDS
+  local opts=() checks=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do opts+=("$1"); shift; done
+  [ "${1:-}" = "--" ] && { shift; checks=("$@"); }
+  timeout -s TERM "$t" python3 -m commbench run "$suite" --out "$R/$name" --quiet "${opts[@]}" \
+    > "$R/$name.console.txt" 2>&1; rc=$?
+  python3 tests/gpu/check_rows.py "$R/$name" --run-rc "$rc" "${checks[@]}" > "$R/$name.check.txt" 2>&1; crc=$?
+  echo "== run $name: rc=$rc check=$crc in $((SECONDS - t0)) s (limit $t s): commbench run $suite ${opts[*]}" >> "$S"
+  cat "$R/$name.check.txt" >> "$S"
+  [ "$crc" -eq 0 ] || tail -n 20 "$R/$name.console.txt" >> "$S"
+  verdict "run $name" "$crc"
+}
+deepep_path() { [ -d /tmp/deepep ] && export PYTHONPATH=$PYTHONPATH:/tmp/deepep; return 0; }
 
 group_build() {
+  local t0=$SECONDS dp=""
+  if ! python3 -c "import deep_ep" 2>/dev/null && [ -f "$TP/deepep-v1.2.1.tar.gz" ]; then
+    ( tar xzf "$TP/deepep-v1.2.1.tar.gz" -C /tmp && cd /tmp/DeepEP-1.2.1 \
+      && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 CPATH=/usr/local/cuda/include/cccl \
+         NVCC_APPEND_FLAGS=-I/usr/local/cuda/include/cccl \
+         timeout "$(limit deepep 200)" python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/deepep . ) \
+      > "$OUT/deepep-build.log" 2>&1 &
+    dp=$!
+  fi
   cmd prebuild 240 python3 tests/gpu/prebuild.py
+  if [ -n "$dp" ]; then
+    wait "$dp"; echo "== deepep build: rc=$? in $((SECONDS - t0)) s (beside prebuild)" >> "$S"
+    tail -n 3 "$OUT/deepep-build.log" >> "$S"
+  fi
+  deepep_path
+  python3 -c "import deep_ep; print('deep_ep importable')" >> "$S" 2>&1 || echo "DeepEP not importable: its rows skip" >> "$S"
 }
 group_tests() {
   COMMBENCH_GPU_OUT="$OUT/allreduce-gpu" cmd pytest-allreduce 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_allreduce_gpu.py
-  cmd pytest-collectives 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_collectives_gpu.py
   cmd pytest-nvshmem 90 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_nvshmem_gpu.py
   PROXY_GPU_OUT="$OUT/proxy_gpu.jsonl" cmd pytest-proxy 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_proxy_gpu.py
+  cmd moe-np2 90 "${MPI[@]}" -np 2 python3 tests/gpu/test_moe_gpu.py "$OUT/moe_np2.jsonl"
+}
+group_tests_all() {
+  group_tests
+  cmd pytest-collectives 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_collectives_gpu.py
   cmd pytest-moe 90 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_moe_gpu.py
-  for n in 4 1 2; do   # several ranks may share one GPU (CUDA IPC works there; NCCL baselines skip)
-    cmd "moe-np$n" 90 "${MPI[@]}" -np "$n" python3 tests/gpu/test_moe_gpu.py "$OUT/moe_np$n.jsonl"
+  cmd pytest-training 120 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_training_gpu.py
+  cmd pytest-moe-layer 180 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_moe_layer_gpu.py
+  cmd pytest-profile 200 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/gpu/test_profile_gpu.py
+  for n in 4 1; do   # several ranks may share one GPU (CUDA IPC, NVSHMEM, NCCL with NCCL_HOSTID per rank)
+    cmd "moe-np$n" 120 "${MPI[@]}" -np "$n" python3 tests/gpu/test_moe_gpu.py "$OUT/moe_np$n.jsonl"
   done
+  cmd training-np2 180 "${MPI[@]}" -np 2 python3 tests/gpu/test_training_gpu.py "$OUT/training_np2.jsonl"
+}
+SHARED_NCCL=(--shared --no-skip 'backend=nccl*' --no-skip 'backend=torch_nccl')
+group_shared() {   # the default slice of the rehearsal: 2 and 4 ranks on one GPU
+  run shared-collectives 150 tests/gpu/suites/shared-collectives.yaml --set 'sizes=[64KiB]' \
+    -- "${SHARED_NCCL[@]}" --min-rows 40
+  run shared-allreduce 90 tests/gpu/suites/shared-allreduce.yaml --set 'sizes=[4MiB]' -- "${SHARED_NCCL[@]}"
+  run shared-training 150 tests/gpu/suites/shared-training.yaml \
+    -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
+  run shared-moe 150 tests/gpu/suites/shared-moe.yaml --only dispatch-combine --only layer \
+    -- --shared --no-skip 'backend=nccl*'
+  run shared-profile 150 tests/gpu/suites/shared-profile.yaml -- "${SHARED_NCCL[@]}" \
+    --require 'bench=nccl-profiled:kernel_us>0' --require 'bench=nccl-profiled:nccl_channels>0' \
+    --require 'bench=nccl-profiled:nccl_proxy_steps>0' --require 'bench=straggler:late_rank==1'
+  cmd shared-trace 60 python3 -m commbench trace "$R/shared-profile"
+  cmd shared-compare-refuses 60 bash -c '! python3 -m commbench compare "$0" "$0" --fail-above 5 \
+    && python3 -m commbench compare "$0" "$0" | grep -q "shared one GPU"' "$R/shared-allreduce"
+  group_inside_mpi
+}
+group_inside_mpi() {   # one suite of every family inside MPI: this job's processes are the ranks
+  local t0=$SECONDS t rc crc; t=$(limit inside-mpi 150)
+  timeout -s TERM "$t" "${MPI[@]}" -np 2 python3 -m commbench run tests/gpu/suites/shared-inmpi.yaml \
+    --out "$R/inside-mpi" --quiet > "$R/inside-mpi.console.txt" 2>&1; rc=$?
+  python3 tests/gpu/check_rows.py "$R/inside-mpi" --run-rc "$rc" "${SHARED_NCCL[@]}" --no-skip 'family=moe' \
+    --no-skip 'family=allreduce' > "$R/inside-mpi.check.txt" 2>&1; crc=$?
+  echo "== inside-mpi: rc=$rc check=$crc in $((SECONDS - t0)) s (limit $t s): mpirun -np 2 commbench run tests/gpu/suites/shared-inmpi.yaml" >> "$S"
+  cat "$R/inside-mpi.check.txt" >> "$S"; [ "$crc" -eq 0 ] || tail -n 20 "$R/inside-mpi.console.txt" >> "$S"
+  verdict inside-mpi "$crc"
+}
+group_shared_full() {
+  run shared-collectives-full 300 tests/gpu/suites/shared-collectives.yaml -- "${SHARED_NCCL[@]}"
+  run shared-allreduce-full 150 tests/gpu/suites/shared-allreduce.yaml -- "${SHARED_NCCL[@]}"
+  run shared-training-full 240 tests/gpu/suites/shared-training.yaml -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
+  run shared-moe-full 240 tests/gpu/suites/shared-moe.yaml -- --shared --no-skip 'backend=nccl*'
+  run moe-layer-ranks 240 tests/gpu/suites/moe-layer-ranks.yaml -- --shared --no-skip 'backend=nccl*'
+  local insp
+  insp=$(tar xzf "$TP/nccl-2.28.9-ext-profiler.tar.gz" -C /tmp 2>/dev/null && NC=$(python3 -c \
+    "import nvidia.nccl as m; print(list(m.__path__)[0])") && mkdir -p /tmp/nccl/lib && ln -sf "$NC/include" /tmp/nccl/include \
+    && ln -sf "$NC/lib/libnccl.so.2" /tmp/nccl/lib/libnccl.so && make -s -C /tmp/nccl-2.28.9-ext-profiler/ext-profiler/inspector \
+    NCCL_HOME=/tmp/nccl CUDA_HOME=/usr/local/cuda >/dev/null 2>&1 && ls /tmp/nccl-2.28.9-ext-profiler/ext-profiler/inspector/*.so | head -n 1)
+  if [ -n "$insp" ]; then
+    rm -rf /tmp/insp; mkdir -p /tmp/insp
+    NCCL_PROFILER_PLUGIN=$insp NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_DUMP_DIR=/tmp/insp \
+    NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=500 \
+      run inspector 150 tests/gpu/suites/shared-profile.yaml --only nccl-profiled --set profile=none -- "${SHARED_NCCL[@]}"
+    python3 tests/gpu/profile_compare.py "$R/shared-profile" /tmp/insp > "$OUT/inspector-compare.txt" 2>&1
+    echo "== inspector beside our plugin (counts per op and size): rc=$?" >> "$S"; tail -n 30 "$OUT/inspector-compare.txt" >> "$S"
+  else
+    echo "== inspector: not built (no $TP/nccl-2.28.9-ext-profiler.tar.gz or the build failed)" >> "$S"
+  fi
 }
 group_families() {
   run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
-  run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml
+  run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
   run nvshmem-small 110 tests/gpu/suites/nvshmem-small.yaml
-  run proxy-smoke 80 tests/gpu/suites/proxy-smoke.yaml
-  run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml
+  run proxy-smoke 80 tests/gpu/suites/proxy-smoke.yaml -- --expect 'bench=stalled-proxy=failed'
+  run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
 }
 group_suites() {
   run collectives 100 suites/collectives.yaml
@@ -68,7 +168,7 @@ group_suites() {
   run moe 90 suites/moe.yaml --set ranks=1
 }
 group_parity() {
-  local tgz=${NCCL_TESTS_TGZ:-.tp/nccl-tests-2.19.6.tar.gz} P=/tmp/parity-out work bin
+  local tgz=${NCCL_TESTS_TGZ:-$TP/nccl-tests-2.19.6.tar.gz} P=/tmp/parity-out work bin
   rm -rf "$P"
   PARITY_KEEP_WORK=1 cmd parity 420 bash benchmarks/parity_nccl_tests.sh "$tgz" "$P"
   cp "$P/parity.md" "$OUT/parity.md" 2>/dev/null; tar czf "$OUT/parity.tgz" -C /tmp parity-out
@@ -90,20 +190,29 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
+GROUPS_ALL="build tests shared families tests-all shared-full suites parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
-  groups=(build tests families suites); [ "$GPUS" -ge 2 ] && groups+=(x2)
+  groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)
 fi
 for g in "${groups[@]}"; do
-  case "$g" in build|tests|families|suites|parity|x2) ;;
-    *) echo "unknown group '$g' (build, tests, families, suites, parity, x2)" >&2; exit 2 ;; esac
+  case " $GROUPS_ALL " in *" $g "*) ;;
+    *) echo "unknown group '$g' ($GROUPS_ALL)" >&2; exit 2 ;; esac
 done
-{ date -u; echo "groups: ${groups[*]}; GPUs: $GPUS"
+T0=$SECONDS
+{ date -u; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown)"
+  echo "groups: ${groups[*]}; GPUs: $GPUS"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvidia-smi topo -m; } >> "$S" 2>&1
 timeout 60 python3 -m commbench info --json > "$OUT/info.json" 2>&1
-for g in "${groups[@]}"; do "group_$g"; done
+for g in "${groups[@]}"; do "group_${g//-/_}"; done
 if ls -d "$R"/*/ >/dev/null 2>&1; then
   timeout 90 python3 -m commbench report $(ls -d "$R"/*/) --out "$R/report.html" >> "$S" 2>&1
   tar czf "$OUT/runs.tgz" -C "$(dirname "$R")" "$(basename "$R")"
 fi
-grep '^== ' "$S"
+if [ ${#FAILED[@]} -eq 0 ]; then
+  echo "== session: PASS, every step as expected, in $((SECONDS - T0)) s" | tee "$OUT/status.txt" >> "$S"
+else
+  echo "== session: FAIL in $((SECONDS - T0)) s: ${#FAILED[@]} step(s) not as expected: ${FAILED[*]}" | tee "$OUT/status.txt" >> "$S"
+fi
+grep '^== \|^check: ' "$S"
+[ ${#FAILED[@]} -eq 0 ]
