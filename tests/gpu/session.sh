@@ -209,6 +209,9 @@ if ls -d "$R"/*/ >/dev/null 2>&1; then
   timeout 90 python3 -m commbench report $(ls -d "$R"/*/) --out "$R/report.html" >> "$S" 2>&1
   tar czf "$OUT/runs.tgz" -C "$(dirname "$R")" "$(basename "$R")"
 fi
+# step logs and rows into one logs.tgz: $OUT keeps summary.txt, status.txt, info.json, runs.tgz, logs.tgz
+( cd "$OUT" && ls | grep -v -x -e summary.txt -e status.txt -e info.json -e runs.tgz -e logs.tgz \
+  | tar czf logs.tgz --remove-files -T - ) 2>/dev/null
 if [ ${#FAILED[@]} -eq 0 ]; then
   echo "== session: PASS, every step as expected, in $((SECONDS - T0)) s" | tee "$OUT/status.txt" >> "$S"
 else

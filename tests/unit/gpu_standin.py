@@ -36,7 +36,8 @@ def main(out_path: str) -> int:
     rows = []
     ctx = test_moe_gpu.make_ctx()   # every helper below sets up the same process as a launch's rank
     for backend in ("gloo", "mpi"):
-        rows.append({"helper": "test_moe_gpu.make_ctx+measure", **test_moe_gpu.measure(collective(backend, ctx.world.size), ctx)})
+        row = test_moe_gpu.measure(collective(backend, ctx.world.size), ctx)
+        rows.append({"helper": "test_moe_gpu.make_ctx+measure", **row})
     close_rank(ctx)
     for name, make in (("test_moe_layer_gpu.make_ctx", test_moe_layer_gpu.make_ctx),
                        ("test_proxy_gpu.ctx", test_proxy_gpu.ctx)):
