@@ -118,6 +118,9 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     click.echo(markdown.table_md(summarize(points)) if not points.empty else "no points to compare")
     if not points.empty:
         click.echo(noise_note(points, settings))
+        shared = points[points["why"].astype(str).str.contains("shared one GPU", regex=False)]
+        if len(shared):   # say why, not only "not comparable"
+            click.echo(f"{len(shared)} point(s) not comparable: {shared['why'].iloc[0]}", err=True)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
     if out is not None:

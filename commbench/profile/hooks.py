@@ -49,7 +49,7 @@ class CaseProfiler:
         self.case, self.world = case, ctx.world
         self.mode = case_profile_mode(case)
         self.arrivals = skew.Arrivals(ctx.world.rank)
-        self.torch = self.nccl = None
+        self.torch = self.nccl = self.nccl_summary = None
         run_dir = launch.run_dir if launch else None
         if self.mode == "torch" and run_dir is not None:
             self.torch = TorchCapture(run_dir, case.case_id, ctx.world.rank, ctx.device,
@@ -74,6 +74,10 @@ class CaseProfiler:
             if self.nccl is not None:
                 self.nccl.begin()
             yield
+            if self.nccl is not None:
+                # the end mark goes right after the timed ops (the timers synced their stream), before
+                # the untimed check's ops: those would land between the marks as an extra iteration
+                self.nccl_summary = self.nccl.end()
 
     def rank_report(self, samples_us: list[float], mode: str) -> dict:
         """This rank's timeline and profile results for rank 0 (after the batch's stream was synced).
@@ -89,7 +93,7 @@ class CaseProfiler:
         report = {"rank": self.world.rank, "host": self.world.hostname, "pid": os.getpid(),
                   "timeline": line[0] if line else None, "source": line[1] if line else ""}
         if self.nccl is not None:
-            report["nccl"] = self.nccl.end()
+            report["nccl"] = self.nccl_summary if self.nccl_summary is not None else self.nccl.end()
             spans = skew.nccl_timeline(report["nccl"])
             if spans and len(spans) == len(samples_us or []):
                 report["timeline"], report["source"] = spans, "nccl-kernel"

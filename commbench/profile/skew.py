@@ -57,7 +57,8 @@ class Arrivals:
 
     def __init__(self, rank: int):
         self.delay_ns = injected_delay_ns(rank)
-        self.before: list[int] = []
+        self.entered: list[int] = []   # each call's entry, before an injected delay
+        self.before: list[int] = []    # each op's enqueue (after the delay)
         self.after: list[int] = []
         self.anchor_ns: int | None = None   # host time the batch's first event fired (events mode)
 
@@ -67,10 +68,11 @@ class Arrivals:
             self.anchor_ns, self.before = host_ns[0], list(host_ns[1:])
 
     def wrap(self, run):
-        before, after, delay = self.before, self.after, self.delay_ns
+        entered, before, after, delay = self.entered, self.before, self.after, self.delay_ns
         clock = time.perf_counter_ns
 
         def op():
+            entered.append(clock())
             if delay:
                 _spin(delay)
             before.append(clock())
@@ -87,8 +89,10 @@ class Arrivals:
         if mode == "host" and len(self.after) >= n:
             return list(zip(before, self.after[-n:])), "host"
         if mode == "events":
-            # Python loop: the first event was recorded just before the first op's stamp
-            anchor = self.anchor_ns if self.anchor_ns is not None else before[0]
+            # Python loop: the first event was recorded just before the first op's call was entered
+            # (not its enqueue stamp: an injected delay comes between, and the anchor would carry it)
+            entered = self.entered[-n:] if len(self.entered) >= n else before
+            anchor = self.anchor_ns if self.anchor_ns is not None else entered[0]
             out, elapsed = [], 0.0
             for i, t_us in enumerate(samples_us):
                 ready = anchor + int(elapsed * 1e3)

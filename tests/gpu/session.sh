@@ -17,10 +17,12 @@
 #             and DeepEP from $TP/deepep-v1.2.1.tar.gz beside it (when the tarball is there)
 #   tests     the GPU tests (pytest tests/gpu/test_*_gpu.py, the shared-rank allreduce tests) and
 #             the moe test driver under mpirun with 2 ranks sharing the GPU
-#   shared    ranks sharing the GPU through `commbench run` (2 and 4 ranks; NCCL with one
-#             NCCL_HOSTID per rank): collectives, allreduce, training, MoE, profiling and a
-#             straggler, one suite inside MPI (mpiexec -n 2 commbench run), compare refusing them
-#   families  one small suite per family (tests/gpu/suites/*-smoke.yaml, nvshmem-small.yaml, nccl-smoke.yaml)
+#   shared    ranks sharing the GPU through `commbench run` (NCCL with one NCCL_HOSTID per rank):
+#             collectives and allreduce at 2 and 4 ranks, training and MoE at 4, --profile nccl at
+#             2 and 4, a straggler named, trace, one suite inside MPI (mpiexec -n 2 commbench run),
+#             compare refusing them
+#   families  small suites: nccl-smoke, allreduce-smoke, moe-smoke (tests/gpu/suites/)
+#   families-all  those and nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
 #   tests-all every GPU test, the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
 #   shared-full the shared suites in full, the MoE layer rehearsal, NCCL Inspector beside our plugin
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
@@ -108,16 +110,15 @@ group_shared() {   # the default slice of the rehearsal: 2 and 4 ranks on one GP
   run shared-collectives 150 tests/gpu/suites/shared-collectives.yaml --set 'sizes=[64KiB]' \
     -- "${SHARED_NCCL[@]}" --min-rows 40
   run shared-allreduce 90 tests/gpu/suites/shared-allreduce.yaml --set 'sizes=[4MiB]' -- "${SHARED_NCCL[@]}"
-  run shared-training 150 tests/gpu/suites/shared-training.yaml \
+  run shared-training 120 tests/gpu/suites/shared-training.yaml --set ranks=4 \
     -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
-  run shared-moe 150 tests/gpu/suites/shared-moe.yaml --only dispatch-combine --only layer \
-    -- --shared --no-skip 'backend=nccl*'
+  run shared-moe 150 tests/gpu/suites/shared-moe.yaml --set ranks=4 -- --shared --no-skip 'backend=nccl*'
   run shared-profile 150 tests/gpu/suites/shared-profile.yaml -- "${SHARED_NCCL[@]}" \
     --require 'bench=nccl-profiled:kernel_us>0' --require 'bench=nccl-profiled:nccl_channels>0' \
     --require 'bench=nccl-profiled:nccl_proxy_steps>0' --require 'bench=straggler:late_rank==1'
   cmd shared-trace 60 python3 -m commbench trace "$R/shared-profile"
   cmd shared-compare-refuses 60 bash -c '! python3 -m commbench compare "$0" "$0" --fail-above 5 \
-    && python3 -m commbench compare "$0" "$0" | grep -q "shared one GPU"' "$R/shared-allreduce"
+    && python3 -m commbench compare "$0" "$0" 2>&1 | grep -q "shared one GPU"' "$R/shared-allreduce"
   group_inside_mpi
 }
 group_inside_mpi() {   # one suite of every family inside MPI: this job's processes are the ranks
@@ -152,12 +153,15 @@ group_shared_full() {
     echo "== inspector: not built (no $TP/nccl-2.28.9-ext-profiler.tar.gz or the build failed)" >> "$S"
   fi
 }
-group_families() {
+group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`)
   run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
   run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
+  run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
+}
+group_families_all() {
+  group_families
   run nvshmem-small 110 tests/gpu/suites/nvshmem-small.yaml
   run proxy-smoke 80 tests/gpu/suites/proxy-smoke.yaml -- --expect 'bench=stalled-proxy=failed'
-  run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
 }
 group_suites() {
   run collectives 100 suites/collectives.yaml
@@ -190,7 +194,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families tests-all shared-full suites parity x2"
+GROUPS_ALL="build tests shared families tests-all shared-full families-all suites parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)

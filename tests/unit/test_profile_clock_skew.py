@@ -135,3 +135,20 @@ def test_no_straggler_no_finding():
                          "late_share": [0.6, 0.55, 0.7, 0.5], "late_gap_us": [4.0, 6.0, 3.5, 5.0]})
     f = skew.late_findings(rows)
     assert f.empty or not f.flagged.any()
+
+
+def test_an_injected_delay_in_the_python_events_loop_is_the_delayed_ranks_own_gap():
+    """The first event is recorded before the first call enters its injected delay: the timeline's
+    anchor is that entry, not the delayed enqueue (else every estimated end carries the delay and
+    the straggler's own gap reads 0)."""
+    from commbench.profile.skew import Arrivals, case_skew
+
+    ms = 1_000_000
+    slow, fast = Arrivals(1), Arrivals(0)
+    slow.entered, slow.before = [0, 60 * ms, 120 * ms], [60 * ms, 120 * ms, 180 * ms]
+    fast.entered, fast.before = [0, 10, 20], [1, 11, 21]
+    samples = [61_000.0, 60_000.0, 60_000.0]   # each op ends 1 ms after the slow rank enqueued it
+    spans = [fast.timeline("events", samples)[0], slow.timeline("events", samples)[0]]
+    result = case_skew(spans)
+    assert result["late_rank"] == 1 and result["late_share"] == 1.0
+    assert 58_000 < result["late_gap_us"] < 60_000

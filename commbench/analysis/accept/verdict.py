@@ -110,6 +110,11 @@ def evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
                        "within_pct_of needs a baseline run (--baseline RUN)")
     base_rows = select(baseline.results, rule)
     base_ok = base_rows[base_rows["status"] == "ok"] if "status" in base_rows.columns else base_rows
+    base_shared = rehearsal.shared_mask(base_ok)
+    if base_shared.any() and rehearsal.is_speed_metric(rule.metric):   # nor against a rehearsal
+        most = int(pd.to_numeric(base_ok[rehearsal.COLUMN], errors="coerce").max())
+        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+                       f"baseline: {int(base_shared.sum())} selected row(s): " + rehearsal.shared_reason(most))
     if base_ok.empty:
         return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
                        "the selector matched no ok rows in the baseline run")

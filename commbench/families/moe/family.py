@@ -121,7 +121,7 @@ class MoeFamily(Family):
         if case.backend in OUR_BACKENDS:
             state = _our_state(case, ctx, problem, prm)
         else:
-            group = _nccl_group(ctx)
+            group = _nccl_group(ctx, case.backend)
             if case.backend == "deepep":
                 from .deepep import DeepEPState
 
@@ -187,7 +187,7 @@ def _bytes_op(op: str) -> str:
 def _layer_state(case: Case, ctx: RankContext, prm: dict):
     from .layer import LayerState
 
-    group = _nccl_group(ctx) if case.backend in ("nccl_a2a", "nccl_agrs", "symm_a2av") else None
+    group = _nccl_group(ctx, case.backend) if case.backend in ("nccl_a2a", "nccl_agrs", "symm_a2av") else None
     state = LayerState(case, ctx, prm, group)
     state.extra.update(_columns(case, state.problem.routing, prm["hidden"]))
     return state
@@ -219,8 +219,15 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
     return state
 
 
-def _nccl_group(ctx: RankContext):
+SYMM_SHARED_GPU = ("torch symmetric memory's all_to_all_vdev runs NVSHMEM team collectives, which NVSHMEM "
+                   "refuses when processes share a GPU without MPS (limited MPG: the process exits); "
+                   "symm_a2av needs one GPU per rank")
+
+
+def _nccl_group(ctx: RankContext, backend: str):
     """The launch's torch process group (ranks sharing a GPU have their own NCCL_HOSTID each)."""
+    if backend == "symm_a2av" and (ctx.ranks_per_gpu or 1) > 1:
+        raise SkipCase(SYMM_SHARED_GPU)
     clash = nccl_identity_clash(ctx.world, ctx.device)
     if clash:
         raise SkipCase(clash)
