@@ -132,7 +132,8 @@ group_inside_mpi() {   # one suite of every family inside MPI: this job's proces
   verdict inside-mpi "$crc"
 }
 group_shared_full() {
-  run shared-collectives-full 300 tests/gpu/suites/shared-collectives.yaml -- "${SHARED_NCCL[@]}"
+  run shared-collectives-full 300 tests/gpu/suites/shared-collectives.yaml -- "${SHARED_NCCL[@]}" \
+    --require 'bench=ring:nccl_algo==Ring' --require 'bench=tree:nccl_algo==Tree' --require 'bench=pat:nccl_algo==PAT'
   run shared-allreduce-full 150 tests/gpu/suites/shared-allreduce.yaml -- "${SHARED_NCCL[@]}"
   run shared-training-full 240 tests/gpu/suites/shared-training.yaml -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
   run shared-moe-full 240 tests/gpu/suites/shared-moe.yaml -- --shared --no-skip 'backend=nccl*'
@@ -204,7 +205,7 @@ for g in "${groups[@]}"; do
     *) echo "unknown group '$g' ($GROUPS_ALL)" >&2; exit 2 ;; esac
 done
 T0=$SECONDS
-{ date -u; echo "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown)"
+{ date -u; echo "commit: $(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "groups: ${groups[*]}; GPUs: $GPUS"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvidia-smi topo -m; } >> "$S" 2>&1
 timeout 60 python3 -m commbench info --json > "$OUT/info.json" 2>&1
