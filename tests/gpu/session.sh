@@ -131,13 +131,11 @@ group_inside_mpi() {   # one suite of every family inside MPI: this job's proces
   cat "$R/inside-mpi.check.txt" >> "$S"; [ "$crc" -eq 0 ] || tail -n 20 "$R/inside-mpi.console.txt" >> "$S"
   verdict inside-mpi "$crc"
 }
-group_shared_full() {
+group_shared_full() {   # heaviest first where it matters least: collectives, Inspector, MoE, training, layer
   run shared-collectives-full 300 tests/gpu/suites/shared-collectives.yaml -- "${SHARED_NCCL[@]}" \
     --require 'bench=ring:nccl_algo==Ring' --require 'bench=tree:nccl_algo==Tree' --require 'bench=pat:nccl_algo==PAT'
-  run shared-allreduce-full 150 tests/gpu/suites/shared-allreduce.yaml -- "${SHARED_NCCL[@]}"
-  run shared-training-full 240 tests/gpu/suites/shared-training.yaml -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
-  run shared-moe-full 240 tests/gpu/suites/shared-moe.yaml -- --shared --no-skip 'backend=nccl*'
-  run moe-layer-ranks 240 tests/gpu/suites/moe-layer-ranks.yaml -- --shared --no-skip 'backend=nccl*'
+  run shared-profile-full 150 tests/gpu/suites/shared-profile.yaml --only nccl-profiled -- "${SHARED_NCCL[@]}" \
+    --require 'bench=nccl-profiled:kernel_us>0' --require 'bench=nccl-profiled:nccl_proxy_steps>0'
   local insp
   insp=$(tar xzf "$TP/nccl-2.28.9-ext-profiler.tar.gz" -C /tmp 2>/dev/null && NC=$(python3 -c \
     "import nvidia.nccl as m; print(list(m.__path__)[0])") && mkdir -p /tmp/nccl/lib && ln -sf "$NC/include" /tmp/nccl/include \
@@ -148,11 +146,15 @@ group_shared_full() {
     NCCL_PROFILER_PLUGIN=$insp NCCL_INSPECTOR_ENABLE=1 NCCL_INSPECTOR_DUMP_DIR=/tmp/insp \
     NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=500 \
       run inspector 150 tests/gpu/suites/shared-profile.yaml --only nccl-profiled --set profile=none -- "${SHARED_NCCL[@]}"
-    python3 tests/gpu/profile_compare.py "$R/shared-profile" /tmp/insp > "$OUT/inspector-compare.txt" 2>&1
+    python3 tests/gpu/profile_compare.py "$R/shared-profile-full" /tmp/insp > "$OUT/inspector-compare.txt" 2>&1
     echo "== inspector beside our plugin (counts per op and size): rc=$?" >> "$S"; tail -n 30 "$OUT/inspector-compare.txt" >> "$S"
   else
     echo "== inspector: not built (no $TP/nccl-2.28.9-ext-profiler.tar.gz or the build failed)" >> "$S"
   fi
+  run shared-moe-full 240 tests/gpu/suites/shared-moe.yaml -- --shared --no-skip 'backend=nccl*'
+  run shared-training-full 240 tests/gpu/suites/shared-training.yaml -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
+  run shared-allreduce-full 150 tests/gpu/suites/shared-allreduce.yaml -- "${SHARED_NCCL[@]}"
+  run moe-layer-ranks 240 tests/gpu/suites/moe-layer-ranks.yaml -- --shared --no-skip 'backend=nccl*'
 }
 group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`)
   run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
