@@ -7,7 +7,8 @@ default loop (commbench `pipelined`) and CUDA graphs (commbench `graph` vs nccl-
 NCCL_TESTS_RUN is a folder made by `commbench import nccl-tests`, COMMBENCH_RUN one made by
 `commbench run suites/parity.yaml`. Points are paired by `commbench compare` itself, so the
 table says exactly what `commbench compare NCCL_TESTS_RUN COMMBENCH_RUN` says. Prints the
-summary and exits 1 when a paired ok point is above the target ratio.
+summary and exits 1 when a paired ok point is above the target ratio, 2 when the commbench run
+is a rehearsal (ranks shared a GPU: its times are not speed).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd
 
+from commbench.analysis import rehearsal
 from commbench.analysis.compare import compare_runs
 from commbench.runfolder.reader import Run, load_run
 from commbench.analysis.report.markdown import table_md
@@ -108,6 +110,12 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=1.05)
     args = ap.parse_args(argv)
     base, new = load_run(args.nccl_tests_run), load_run(args.commbench_run)
+    shared = rehearsal.shared_mask(new.results)
+    if shared.any():   # a rehearsal's times are the GPU time-sliced between ranks, not speed
+        most = int(pd.to_numeric(new.results.loc[shared, rehearsal.COLUMN], errors="coerce").max())
+        print(f"parity: refused: {int(shared.sum())} commbench row(s): {rehearsal.shared_reason(most)}",
+              file=sys.stderr)
+        return 2
     points = paired(base, new)
     summary = summary_frame(points, args.target)
     over = int(sum(summary["paired ok points"] - summary[f"within {args.target}"])) if len(summary) else 0

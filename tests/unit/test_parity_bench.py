@@ -92,3 +92,19 @@ def test_parity_script_checks_its_arguments(tmp_path):
     res = subprocess.run(["bash", str(SCRIPT), str(tarball), str(taken)], capture_output=True, text=True)
     assert res.returncode == 2 and "not empty" in res.stderr
     assert "export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1" in SCRIPT.read_text()
+
+
+def test_a_rehearsal_run_is_refused(runs, tmp_path, capsys):
+    """Rows measured with ranks sharing a GPU (ranks_per_gpu > 1) never enter a parity table."""
+    base, _ = runs
+    import shutil
+
+    shared = tmp_path / "shared"
+    shutil.copytree(base, shared)
+    df = pd.read_csv(shared / "results.csv")
+    df["ranks_per_gpu"] = 2
+    df.to_csv(shared / "results.csv", index=False)
+    out = tmp_path / "parity.md"
+    assert _table_module().main([str(base), str(shared), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert "shared one GPU" in capsys.readouterr().err
