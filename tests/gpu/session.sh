@@ -24,7 +24,8 @@
 #   families  small suites: nccl-smoke, allreduce-smoke, moe-smoke (tests/gpu/suites/)
 #   families-all  those and nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
 #   tests-all every GPU test, the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
-#   shared-full the shared suites in full, the MoE layer rehearsal, NCCL Inspector beside our plugin
+#   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
+#             NCCL Inspector beside our plugin
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
 #   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
 #             $TP/nccl-tests-2.19.6.tar.gz): parity.md and parity.tgz; then the cache-hot A/B
@@ -155,6 +156,9 @@ group_shared_full() {   # heaviest first where it matters least: collectives, In
   run shared-training-full 240 tests/gpu/suites/shared-training.yaml -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
   run shared-allreduce-full 150 tests/gpu/suites/shared-allreduce.yaml -- "${SHARED_NCCL[@]}"
   run moe-layer-ranks 240 tests/gpu/suites/moe-layer-ranks.yaml -- --shared --no-skip 'backend=nccl*'
+  # a broken layer (rank 0's first expert takes another's weights) must be caught on every backend
+  cmd moe-layer-broken-np4 180 "${MPI[@]}" -np 4 python3 tests/gpu/test_moe_layer_gpu.py "$OUT/layer_np4.jsonl" \
+    ipc,ipc_ll,nvshmem_ll,deepep,nccl_a2a
 }
 group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`)
   run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
