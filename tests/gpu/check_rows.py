@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-CPU_BACKENDS = ("gloo", "mpi")
+from commbench.analysis.rehearsal import ranks_per_gpu
+from commbench.measure.runner import CPU_BACKENDS  # rows without a GPU
 
 
 def _selector(text: str) -> list[tuple[str, str]]:
@@ -79,11 +80,7 @@ def check(rows: list[dict], run_rc: int, expect: list[tuple[list, str]], no_skip
         elif status != want:
             problems.append(f"{name}: {status} ({str(row.get('reason'))[:160]}), expected {want}")
         if shared and status == "ok" and row.get("backend") not in CPU_BACKENDS:
-            try:
-                rpg = float(row.get("ranks_per_gpu"))
-            except (TypeError, ValueError):
-                rpg = 0.0
-            if int(row.get("world_size") or 0) > 1 and not rpg > 1:
+            if int(row.get("world_size") or 0) > 1 and not ranks_per_gpu(row.get("ranks_per_gpu")) > 1:
                 problems.append(f"{name}: ok with ranks sharing the GPU but ranks_per_gpu={row.get('ranks_per_gpu')}")
     bad = any(str(r.get("status")) in ("wrong", "failed", "timeout") for r in rows)
     want_rc = 1 if (bad or not rows) else 0
