@@ -158,7 +158,7 @@ def record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[s
     """Cases a family can never run (e.g. multicast blocked by a kill switch) become skipped
     rows here, in the parent, so no process is started for them."""
     from ..families import get_family
-    from .safety import kill_switch_conflict
+    from ..safety import kill_switch_conflict
 
     skipped = set()
     for case in suite.cases:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..runfolder.writer import storage_marks, truncate_to
 from .mpiexec import launcher_argv
-from .safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
+from ..safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
 

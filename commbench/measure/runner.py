@@ -16,7 +16,7 @@ from .. import metrics
 from ..errors import SkipCase, StorageFull
 from ..families import get_family
 from ..families.base import Case, RankContext
-from ..launch import safety
+from .. import safety
 from ..profile import store as profile_store
 from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
 from ..runfolder import RunFolder, case_row

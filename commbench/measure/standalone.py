@@ -14,7 +14,7 @@ import json
 import os
 
 from ..families.base import RankContext
-from ..launch import safety
+from .. import safety
 from . import device
 
 

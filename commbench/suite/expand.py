@@ -8,7 +8,7 @@ import math
 
 from ..families import all_families
 from ..families.base import Case, Family
-from ..launch.safety import suite_env_refusal
+from ..safety import suite_env_refusal
 from ..units import format_size, parse_size
 from .limits import MAX_SIZE_BYTES, SuiteLimits, factor_sweep_points
 from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, PROFILES, TIMINGS, SuiteErrors,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import __version__
-from ..launch.safety import active_kill_switches
+from ..safety import active_kill_switches
 
 ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "CUDA_", "UCX_", "OMPI_MCA_", "TORCH_", "COMMBENCH_")
 TOOL_TIMEOUT_S = 5.0

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
-from commbench.launch import safety
+from commbench import safety
 from commbench.launch.prepare import record_unsupported
 from commbench.runfolder import RunFolder
 from commbench.suite import load_suite, parse_overrides

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from commbench.launch import safety
+from commbench import safety
 from commbench.cli import cli
 from tests.conftest import needs_mpi
 

@@ -1,8 +1,9 @@
 """Launch environment and argv: kill switches locked, multicast off unless opted in, argv lists."""
 from pathlib import Path
 
-from commbench.launch import mpiexec, safety, supervise
-from commbench.launch.safety import KILL_SWITCHES
+from commbench import safety
+from commbench.launch import mpiexec, supervise
+from commbench.safety import KILL_SWITCHES
 
 
 def test_kill_switch_cannot_be_overridden(monkeypatch):
@@ -135,7 +136,7 @@ def test_stack_dump_never_signals_a_stale_or_foreign_pid(tmp_path):
 
 
 def test_a_variant_that_changes_a_set_kill_switch_is_refused():
-    from commbench.launch.safety import active_kill_switches, kill_switch_conflict
+    from commbench.safety import active_kill_switches, kill_switch_conflict
 
     site = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "true"}
     assert set(active_kill_switches(site)) == {"NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS"}

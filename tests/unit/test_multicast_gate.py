@@ -1,7 +1,7 @@
 """The multicast gate (DESIGN section 7): kill switches win, opt-in required, device must support it."""
 import pytest
 
-from commbench.launch import safety
+from commbench import safety
 from commbench.families.allreduce import gate
 from commbench.errors import SkipCase
 from commbench.families.allreduce.family import FAMILY

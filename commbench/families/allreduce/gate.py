@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from ...launch import safety
+from ... import safety
 from ...sysinfo import nccl_log
 from ..base import Case
 
