@@ -62,6 +62,32 @@ def slurm_allocation_tasks() -> tuple[int, int | None]:
     return sum(per_node), same
 
 
+_JOB_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS", "SLURM_NPROCS")
+
+
+def job_size() -> tuple[int, str] | None:
+    """(ranks of the MPI job or Slurm allocation this process is in, "VAR=value" that said so),
+    or None when no launcher variable names a positive count."""
+    for var in _JOB_SIZE_VARS:
+        raw = os.environ.get(var, "").strip()
+        if raw.isdigit() and int(raw) > 0:
+            return int(raw), f"{var}={raw}"
+    return None
+
+
+def slurm_job_nodes() -> tuple[int, str] | None:
+    """(nodes of the Slurm job, "SLURM_JOB_NUM_NODES=value"), or None outside one."""
+    raw = os.environ.get("SLURM_JOB_NUM_NODES", "").strip()
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw), f"SLURM_JOB_NUM_NODES={raw}"
+    return None
+
+
+def slurm_job_nodelist() -> str | None:
+    """The Slurm job's compressed node list ("gpu[01-04]"), or None outside one."""
+    return os.environ.get("SLURM_JOB_NODELIST") or None
+
+
 @dataclass(frozen=True)
 class World:
     rank: int

@@ -8,6 +8,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from .. import world
+
 DEFAULT_MAX_CASES = 20_000          # the shipped suites expand to a few hundred
 MIN_RANK_SLOTS = 8                  # always allowed: a few ranks sharing a small machine's cores
 MAX_SIZE_BYTES = 1 << 40            # 1 TiB: above any device's memory
@@ -60,16 +62,15 @@ def launcher_slots(gpu_count: int) -> tuple[int, str]:
 
     Inside an MPI job or a Slurm allocation: its task count. With COMMBENCH_HOSTS: the hosts times
     this host's slots. Otherwise this host: the larger of its CPU and GPU counts."""
-    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS", "SLURM_NPROCS"):
-        raw = os.environ.get(var, "").strip()
-        if raw.isdigit() and int(raw) > 0:
-            return int(raw), f"{var}={raw}"
+    job = world.job_size()
+    if job is not None:
+        return job
     local = max(os.cpu_count() or 1, gpu_count)
     local_how = f"{os.cpu_count() or 1} CPUs, {gpu_count} GPUs on this host"
     hosts = [h for h in os.environ.get("COMMBENCH_HOSTS", "").replace(",", " ").split() if h]
     if hosts:
         return local * len(hosts), f"{len(hosts)} hosts in COMMBENCH_HOSTS x {local} ({local_how})"
-    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "").strip()
-    if nodes.isdigit() and int(nodes) > 0:
-        return local * int(nodes), f"SLURM_JOB_NUM_NODES={nodes} x {local} ({local_how})"
+    nodes = world.slurm_job_nodes()
+    if nodes is not None:
+        return local * nodes[0], f"{nodes[1]} x {local} ({local_how})"
     return local, local_how

@@ -10,12 +10,15 @@ import shutil
 import socket
 import subprocess
 
+from ..world import slurm_job_nodelist
+
 
 def allocation_hosts() -> list[str]:
+    """COMMBENCH_HOSTS, else the Slurm job's nodes (expanded by scontrol), else this host."""
     listed = os.environ.get("COMMBENCH_HOSTS", "").strip()
     if listed:
         return list(dict.fromkeys(h.strip() for h in listed.split(",") if h.strip()))
-    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    nodelist = slurm_job_nodelist()
     if nodelist and shutil.which("scontrol"):
         try:
             out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
