@@ -1,4 +1,4 @@
-"""The multicast gate (DESIGN section 7). Nothing here may be weakened by a suite.
+"""The multicast gate (docs/design.md, "Multicast safety"). Nothing here may be weakened by a suite.
 
 NVLink multicast (NVLS, multimem, cuMulticastCreate) can take a shared NVSwitch
 host out of service. A Case that needs multicast runs only when the suite opts
@@ -139,7 +139,7 @@ def switch_tamper(seen: Mapping[str, str], expected: Mapping[str, str] | None) -
 
 def launch_env(run_dir: Path, variant_env: dict[str, str], allow_multicast: bool) -> dict[str, str]:
     """The ranks' environment: the parent's, the variant over it (kill switches locked), and
-    multicast switched off unless a Case of this launch opted in (DESIGN section 7)."""
+    multicast switched off unless a Case of this launch opted in."""
     env = protect_env({**variant_env, "PYTHONUNBUFFERED": "1",
                        "COMMBENCH_RUN_DIR": str(run_dir), "COMMBENCH_LOG_DIR": str(run_dir / "logs")})
     if not allow_multicast:

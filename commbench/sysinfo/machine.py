@@ -37,7 +37,7 @@ CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.
 
 
 def filtered_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment restricted to the allow-listed prefixes (DESIGN section 6), minus any
+    """The environment restricted to the allow-listed prefixes (docs/results.md, "run.json"), minus any
     variable whose name looks like a credential (``withheld_env``)."""
     env = os.environ if env is None else env
     return {k: str(v) for k, v in sorted(env.items())

@@ -1,6 +1,6 @@
 """Which all-reduce Cases need NVLink multicast, and whether this device could do it.
 
-The decision itself lives in :mod:`commbench.launch.safety` (DESIGN section 7); this
+The decision itself lives in :mod:`commbench.safety` (docs/design.md, "Multicast safety"); this
 module only classifies Cases and reads the device attribute. It never creates
 a multicast object.
 """
