@@ -1,4 +1,4 @@
-"""A small ctypes binding of libnccl: communicators, the nccl-tests collectives, window registration.
+"""A small ctypes binding of libnccl: communicators, entry points for native code, window registration.
 
 Talking to NCCL directly (not through torch.distributed) lets a Case pass its
 own stream, use true out-of-place forms, ``ncclMemAlloc`` +
@@ -71,20 +71,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.ncclGetLastError.restype = ctypes.c_char_p
     lib.ncclGetLastError.argtypes = [vp]
     lib.ncclCommInitRank.argtypes = [ctypes.POINTER(vp), c_int, UniqueId, c_int]
+    # the collectives are called from native code (kernels/nccl_enqueue.cu) through entry_point();
+    # Python calls only all_reduce (Comm.all_reduce, the allreduce family's nccl baseline)
     lib.ncclAllReduce.argtypes = [vp, vp, sz, c_int, c_int, vp, vp]
-    lib.ncclAllGather.argtypes = [vp, vp, sz, c_int, vp, vp]
-    lib.ncclReduceScatter.argtypes = [vp, vp, sz, c_int, c_int, vp, vp]
-    lib.ncclBroadcast.argtypes = [vp, vp, sz, c_int, c_int, vp, vp]
-    lib.ncclReduce.argtypes = [vp, vp, sz, c_int, c_int, c_int, vp, vp]
-    lib.ncclSend.argtypes = [vp, sz, c_int, c_int, vp, vp]
-    lib.ncclRecv.argtypes = [vp, sz, c_int, c_int, vp, vp]
-    lib.ncclGroupStart.argtypes = []
-    lib.ncclGroupEnd.argtypes = []
     lib.ncclGetUniqueId.argtypes = [ctypes.POINTER(UniqueId)]
     lib.ncclGetVersion.argtypes = [ctypes.POINTER(c_int)]
     lib.ncclCommDestroy.argtypes = [vp]
-    if hasattr(lib, "ncclAlltoAll"):  # NCCL >= 2.28: one call (nccl-tests uses it when present)
-        lib.ncclAlltoAll.argtypes = [vp, vp, sz, c_int, vp, vp]
     if hasattr(lib, "ncclMemAlloc"):
         lib.ncclMemAlloc.argtypes = [ctypes.POINTER(vp), sz]
         lib.ncclMemFree.argtypes = [vp]
@@ -159,6 +151,10 @@ def mem_free(ptr: int) -> None:
     _check(library().ncclMemFree(ptr), "ncclMemFree")
 
 
-def has_alltoall() -> bool:
-    """libnccl exports ncclAlltoAll (NCCL >= 2.28); else alltoall is grouped send/recv."""
-    return hasattr(library(), "ncclAlltoAll")
+def entry_point(name: str) -> int | None:
+    """Address of libnccl's function ``name`` (for native code that calls NCCL), None when this
+    libnccl does not export it (e.g. ncclGather before NCCL 2.28)."""
+    lib = library()
+    if not hasattr(lib, name):
+        return None
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value

@@ -1,41 +1,34 @@
-// Enqueue one nccl-tests collective from native code (for the timed loops of timed_loop.cu).
+// Enqueue one collective of the collectives family's `nccl` backend. The timed loops of
+// timed_loop.cu, the per-op Python loop and the correctness check all call cb_nccl_enqueue, so the
+// code that is timed is the code that is checked.
 // NCCL is not linked here: the caller hands over the entry points of the libnccl it loaded, so
 // the loop and the rest of commbench always use the same NCCL.
 #include <cuda_runtime.h>
 #include <cstddef>
 
-typedef int (*nccl_allreduce_t)(const void*, void*, size_t, int, int, void*, cudaStream_t);
-typedef int (*nccl_allgather_t)(const void*, void*, size_t, int, void*, cudaStream_t);
-typedef int (*nccl_reducescatter_t)(const void*, void*, size_t, int, int, void*, cudaStream_t);
-typedef int (*nccl_broadcast_t)(const void*, void*, size_t, int, int, void*, cudaStream_t);
-typedef int (*nccl_reduce_t)(const void*, void*, size_t, int, int, int, void*, cudaStream_t);
 typedef int (*nccl_send_t)(const void*, size_t, int, int, void*, cudaStream_t);
 typedef int (*nccl_recv_t)(void*, size_t, int, int, void*, cudaStream_t);
 typedef int (*nccl_group_t)(void);
-typedef int (*nccl_alltoall_t)(const void*, void*, size_t, int, void*, cudaStream_t);
+// The shapes of NCCL's collective entry points (after send, recv, count, datatype).
+typedef int (*nccl_plain_t)(const void*, void*, size_t, int, void*, cudaStream_t);            // + comm
+typedef int (*nccl_reducing_t)(const void*, void*, size_t, int, int, void*, cudaStream_t);    // + redop
+typedef int (*nccl_rooted_t)(const void*, void*, size_t, int, int, void*, cudaStream_t);      // + root
+typedef int (*nccl_reduce_t)(const void*, void*, size_t, int, int, int, void*, cudaStream_t); // + redop, root
 
 extern "C" {
 
 // Field order and types are mirrored by commbench/families/collectives/nccl_native.py (ctypes).
-struct cb_nccl_api {
-  nccl_allreduce_t all_reduce;
-  nccl_allgather_t all_gather;
-  nccl_reducescatter_t reduce_scatter;
-  nccl_broadcast_t broadcast;
-  nccl_reduce_t reduce;
+struct cb_nccl_p2p {
   nccl_send_t send;
   nccl_recv_t recv;
   nccl_group_t group_start;
   nccl_group_t group_end;
-  nccl_alltoall_t all_to_all;  // NULL before NCCL 2.28: grouped send/recv instead
 };
 
-enum cb_nccl_op_kind { CB_ALL_REDUCE = 0, CB_ALL_GATHER, CB_REDUCE_SCATTER, CB_BROADCAST, CB_REDUCE,
-                       CB_ALLTOALL, CB_SENDRECV };
-
 struct cb_nccl_op {
-  const cb_nccl_api* api;
-  int kind;
+  const cb_nccl_p2p* p2p;
+  void* call;         // the op's NCCL entry point (ops.OPS[op].nccl_call); NULL: grouped send/recv
+  int kind;           // the op's row in OPS_TABLE below
   const char* send;
   char* recv;
   size_t count;       // NCCL's count argument (per-rank count for gather/scatter, per-peer for alltoall)
@@ -54,44 +47,96 @@ struct cb_nccl_op {
   size_t calls;
 };
 
+}  // extern "C"
+
+namespace {
+
+const int kInvalidArgument = 4;  // ncclInvalidArgument
+
+int plain(const cb_nccl_op& o, cudaStream_t s) {
+  if (!o.call) return kInvalidArgument;
+  return reinterpret_cast<nccl_plain_t>(o.call)(o.send, o.recv, o.count, o.dtype, o.comm, s);
+}
+
+int reducing(const cb_nccl_op& o, cudaStream_t s) {
+  if (!o.call) return kInvalidArgument;
+  return reinterpret_cast<nccl_reducing_t>(o.call)(o.send, o.recv, o.count, o.dtype, o.redop, o.comm, s);
+}
+
+int rooted(const cb_nccl_op& o, cudaStream_t s) {
+  if (!o.call) return kInvalidArgument;
+  return reinterpret_cast<nccl_rooted_t>(o.call)(o.send, o.recv, o.count, o.dtype, o.root, o.comm, s);
+}
+
+int reduce(const cb_nccl_op& o, cudaStream_t s) {
+  if (!o.call) return kInvalidArgument;
+  return reinterpret_cast<nccl_reduce_t>(o.call)(o.send, o.recv, o.count, o.dtype, o.redop, o.root, o.comm, s);
+}
+
+// Grouped ncclSend/ncclRecv: `count` elements to peer `to` from send + to * send_stride, from peer
+// `from` into recv + from * recv_stride, for every peer (all = true) or one pair.
+int grouped(const cb_nccl_op& o, cudaStream_t s, bool all, int to, int from, size_t stride) {
+  const cb_nccl_p2p* p = o.p2p;
+  int rc = p->group_start();
+  for (int peer = 0; rc == 0 && peer < (all ? o.nranks : 1); ++peer) {
+    const int dst = all ? peer : to, src = all ? peer : from;
+    rc = p->send(o.send + dst * stride, o.count, o.dtype, dst, o.comm, s);
+    if (rc == 0) rc = p->recv(o.recv + src * stride, o.count, o.dtype, src, o.comm, s);
+  }
+  int end = p->group_end();
+  return rc ? rc : end;
+}
+
+int alltoall(const cb_nccl_op& o, cudaStream_t s) {
+  if (o.call) return plain(o, s);  // ncclAlltoAll (NCCL >= 2.28)
+  return grouped(o, s, true, 0, 0, o.count * o.elem_bytes);
+}
+
+int sendrecv(const cb_nccl_op& o, cudaStream_t s) {
+  return grouped(o, s, false, (o.rank + 1) % o.nranks, (o.rank - 1 + o.nranks) % o.nranks, 0);
+}
+
+typedef int (*enqueue_t)(const cb_nccl_op&, cudaStream_t);
+struct OpRow {
+  const char* name;  // the op's name in commbench/families/collectives/ops.py
+  enqueue_t enqueue;
+};
+
+// One row per op of ops.OPS (nccl_native checks the two tables name for name when it loads).
+const OpRow OPS_TABLE[] = {
+    {"all_reduce", reducing},
+    {"all_gather", plain},
+    {"reduce_scatter", reducing},
+    {"alltoall", alltoall},
+    {"broadcast", rooted},
+    {"reduce", reduce},
+    {"sendrecv", sendrecv},
+    {"gather", rooted},
+    {"scatter", rooted},
+};
+const int kOps = sizeof(OPS_TABLE) / sizeof(OPS_TABLE[0]);
+
+}  // namespace
+
+extern "C" {
+
+// sizeof(cb_nccl_op), which nccl_native compares with its ctypes mirror when it loads.
+size_t cb_nccl_op_bytes() { return sizeof(cb_nccl_op); }
+
+// The name of op `kind` (its row in the table), NULL past the last one.
+const char* cb_nccl_op_name(int kind) { return kind >= 0 && kind < kOps ? OPS_TABLE[kind].name : nullptr; }
+
 int cb_nccl_enqueue(void* arg, cudaStream_t s) {
   cb_nccl_op* spec = static_cast<cb_nccl_op*>(arg);
+  if (spec->kind < 0 || spec->kind >= kOps) return kInvalidArgument;
   cb_nccl_op local = *spec;  // this call's pointers (the spec keeps the base addresses)
-  const cb_nccl_op* o = &local;
   if (spec->steps > 1) {
     const size_t shift = spec->shift_bytes * (spec->calls % spec->steps);
     local.send += shift;
     local.recv += shift;
   }
   ++spec->calls;
-  const cb_nccl_api* a = o->api;
-  switch (o->kind) {
-    case CB_ALL_REDUCE: return a->all_reduce(o->send, o->recv, o->count, o->dtype, o->redop, o->comm, s);
-    case CB_ALL_GATHER: return a->all_gather(o->send, o->recv, o->count, o->dtype, o->comm, s);
-    case CB_REDUCE_SCATTER:
-      return a->reduce_scatter(o->send, o->recv, o->count, o->dtype, o->redop, o->comm, s);
-    case CB_BROADCAST: return a->broadcast(o->send, o->recv, o->count, o->dtype, o->root, o->comm, s);
-    case CB_REDUCE: return a->reduce(o->send, o->recv, o->count, o->dtype, o->redop, o->root, o->comm, s);
-    case CB_ALLTOALL: {
-      if (a->all_to_all) return a->all_to_all(o->send, o->recv, o->count, o->dtype, o->comm, s);
-      const size_t chunk = o->count * o->elem_bytes;
-      int rc = a->group_start();
-      for (int peer = 0; rc == 0 && peer < o->nranks; ++peer) {
-        rc = a->send(o->send + peer * chunk, o->count, o->dtype, peer, o->comm, s);
-        if (rc == 0) rc = a->recv(o->recv + peer * chunk, o->count, o->dtype, peer, o->comm, s);
-      }
-      int end = a->group_end();
-      return rc ? rc : end;
-    }
-    case CB_SENDRECV: {
-      int rc = a->group_start();
-      if (rc == 0) rc = a->send(o->send, o->count, o->dtype, (o->rank + 1) % o->nranks, o->comm, s);
-      if (rc == 0) rc = a->recv(o->recv, o->count, o->dtype, (o->rank - 1 + o->nranks) % o->nranks, o->comm, s);
-      int end = a->group_end();
-      return rc ? rc : end;
-    }
-    default: return 4;  // ncclInvalidArgument
-  }
+  return OPS_TABLE[spec->kind].enqueue(local, s);
 }
 
 }  // extern "C"

@@ -21,7 +21,7 @@ from pathlib import Path
 from commbench import __version__, dtypes, metrics
 from commbench.errors import CommbenchError
 from commbench.families.collectives.ops import OPS as COLLECTIVE_OPS
-from commbench.families.collectives.ops import no_in_place_reason
+from commbench.families.collectives.ops import ROOT, no_in_place_reason
 
 from .nccl_tests import NcclTestsFormatError, ResultLine, Side, TestRun, read, version_string
 
@@ -54,8 +54,8 @@ def op_of(run: TestRun) -> str:
 def variant_of(run: TestRun, op: str, line: ResultLine) -> str:
     """`default`, or the nccl-tests settings that make the point differ from commbench's."""
     tags = []
-    if op in ("broadcast", "reduce") and line.root != 0:
-        tags.append(f"root={line.root}")       # commbench's rooted ops use root 0
+    if COLLECTIVE_OPS[op].rooted and line.root != ROOT:
+        tags.append(f"root={line.root}")       # commbench's rooted ops use root 0 (ops.ROOT)
     if run.agg_iters > 1:
         tags.append(f"agg_iters={run.agg_iters}")
     if run.blocking:

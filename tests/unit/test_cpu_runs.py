@@ -19,13 +19,13 @@ benchmarks:
   - name: mpi
     family: collectives
     backends: [mpi]
-    ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv]
+    ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, gather, scatter]
     dtypes: [float32, int32]
     params: {in_place: [false, true], reduce_op: [sum, max]}
   - name: gloo
     family: collectives
     backends: [gloo]
-    ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv]
+    ops: [all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, gather, scatter]
 """
 
 
@@ -61,6 +61,22 @@ def test_busbw_matches_formula(run_dir):
         expect = metrics.busbw_gbps(r.op, int(r.size_bytes), elem, int(r.world_size), float(r.time_us))
         assert r.busbw_gbps == pytest.approx(expect, rel=1e-9)
         assert r.time_us_min <= r.time_us <= r.time_us_p90 <= r.time_us_max
+
+
+def test_gather_scatter_rows_follow_nccl_tests(run_dir):
+    """nccl-tests' gather/scatter: size is the root's whole buffer (count per rank = size/ts/2),
+    algbw = size / time, busbw = algbw * (n-1)/n; in place and out of place, MPI and gloo."""
+    df = load(run_dir)
+    rows = df[df.op.isin(["gather", "scatter"])]
+    assert set(zip(rows.backend, rows.op)) == {(b, o) for b in ("mpi", "gloo") for o in ("gather", "scatter")}
+    assert (rows.status == "ok").all() and (rows.wrong == 0).all()
+    assert set(rows[rows.backend == "mpi"].in_place.astype(bool)) == {False, True}
+    for _, r in rows.iterrows():
+        elem = metrics.DTYPE_BYTES[r["dtype"]]
+        assert r["count"] == int(r.size_bytes) // elem // 2
+        algbw = r.size_bytes / (r.time_us * 1e-6) / 1e9
+        assert r.algbw_gbps == pytest.approx(algbw, rel=1e-9)
+        assert r.busbw_gbps == pytest.approx(algbw * (2 - 1) / 2, rel=1e-9)
 
 
 def test_samples_per_rank_and_iteration(run_dir):

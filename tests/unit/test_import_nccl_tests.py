@@ -353,3 +353,16 @@ def test_accept_judges_an_imported_run(imported, tmp_path):
 def test_help_lists_the_import_command():
     res = _cli("import", "--help")
     assert res.exit_code == 0 and "nccl-tests" in res.output
+
+
+@pytest.mark.parametrize("op,root,variant", [("gather", 0, "default"), ("gather", 1, "root=1"),
+                                             ("scatter", 2, "root=2"), ("broadcast", 1, "root=1"),
+                                             ("all_gather", 1, "default")])
+def test_a_rooted_op_at_another_root_is_a_variant(op, root, variant):
+    """commbench's rooted ops (ops.OPS rooted) use root 0; nccl-tests sweeps the root."""
+    from types import SimpleNamespace
+
+    from commbench.analysis.import_nccl_tests import variant_of
+
+    run = SimpleNamespace(agg_iters=1, blocking=False, unalign=0)
+    assert variant_of(run, op, SimpleNamespace(root=root)) == variant

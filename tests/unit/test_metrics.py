@@ -11,7 +11,7 @@ def test_all_reduce_bus_factor(n, factor):
     assert metrics.bus_factor("all_reduce", n) == pytest.approx(factor)
 
 
-@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "alltoall"])
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "alltoall", "gather", "scatter"])
 @pytest.mark.parametrize("n,factor", [(2, 0.5), (3, 2 / 3), (8, 0.875)])
 def test_gather_family_bus_factor(op, n, factor):
     assert metrics.bus_factor(op, n) == pytest.approx(factor)
@@ -41,6 +41,15 @@ def test_all_gather_size_is_total_buffer_3_ranks():
     assert metrics.algbw_bytes("all_gather", count, 4, 3) == 1200
     # 1200 B in 1 us = 1.2 GB/s; busbw x 2/3 = 0.8
     assert metrics.busbw_gbps("all_gather", 1200, 4, 3, 1.0) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("op", ["gather", "scatter"])
+def test_gather_scatter_size_is_the_roots_whole_buffer(op):
+    # nccl-tests gather/scatter: count per rank = size / ts / n, algbw = count*ts*n / t
+    # 4 ranks, 4096 B float32 at the root: 256 elements per rank; in 2 us algbw 2.048, busbw x 3/4
+    count = metrics.element_count(op, 4096, 4, 4)
+    assert count == 256 and metrics.algbw_bytes(op, count, 4, 4) == 4096
+    assert metrics.busbw_gbps(op, 4096, 4, 4, 2.0) == pytest.approx(4096 / 2e-6 / GB * 0.75)
 
 
 def test_count_rounds_down_like_nccl_tests():

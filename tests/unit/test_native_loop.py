@@ -1,5 +1,6 @@
 """Native timed loops (kernels/timed_loop.cu, kernels/nccl_enqueue.cu): sources compile for sm_90,
-the ctypes mirror of the op struct matches the C layout, and the nccl backend defaults to them."""
+the ctypes mirror of the op struct matches the C layout, and the nccl backend defaults to them.
+The nccl op table itself: tests/unit/test_nccl_op_table.py."""
 import ctypes
 import shutil
 
@@ -21,13 +22,21 @@ def test_sources_compile_for_sm90(name):
 
 
 def test_op_struct_layout_matches_the_c_struct():
-    # struct cb_nccl_op: pointer, int, 2 pointers, 2 size_t, 5 ints, pointer, 3 size_t (x86-64: 104 bytes)
-    assert ctypes.sizeof(nccl_native._Op) == 104
-    assert nccl_native._Op.comm.offset == 72
-    assert nccl_native._Op.shift_bytes.offset == 80 and nccl_native._Op.calls.offset == 96
-    assert ctypes.sizeof(nccl_native._Api) == 10 * ctypes.sizeof(ctypes.c_void_p)
-    assert list(nccl_native.KINDS) == ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                                       "alltoall", "sendrecv"]
+    # struct cb_nccl_op: 2 pointers, int, 2 pointers, 2 size_t, 5 ints, pointer, 3 size_t (x86-64: 112 bytes)
+    assert ctypes.sizeof(nccl_native._Op) == 112
+    assert nccl_native._Op.kind.offset == 16 and nccl_native._Op.comm.offset == 80
+    assert nccl_native._Op.shift_bytes.offset == 88 and nccl_native._Op.calls.offset == 104
+    assert ctypes.sizeof(nccl_native._P2p) == 4 * ctypes.sizeof(ctypes.c_void_p)
+
+
+@needs_nvcc
+def test_op_struct_size_is_the_c_size(tmp_path, monkeypatch):
+    from commbench import jit
+
+    monkeypatch.setenv("COMMBENCH_JIT_CACHE", str(tmp_path))
+    lib = ctypes.CDLL(str(jit.build("nccl_enqueue", arch="sm_90")))
+    lib.cb_nccl_op_bytes.restype = ctypes.c_size_t
+    assert lib.cb_nccl_op_bytes() == ctypes.sizeof(nccl_native._Op)
 
 
 def test_nccl_backend_defaults_to_the_native_loop():
@@ -73,10 +82,10 @@ def test_enqueue_rotates_buffers_as_nccl_tests(tmp_path, monkeypatch):
         seen.append((send, recv, count))
         return 0
 
-    api = nccl_native._Api(ctypes.cast(fake_all_reduce, ctypes.c_void_p).value, *([None] * 9))
+    kind = nccl_native.native_op_names(lib).index("all_reduce")
     send, recv, shift = 1 << 20, 1 << 30, 4096
-    spec = nccl_native._Op(ctypes.pointer(api), nccl_native.KINDS["all_reduce"], send, recv, 1024, 4, 7, 0, 0,
-                           0, 1, None, shift, 3, 0)
+    spec = nccl_native._Op(ctypes.pointer(nccl_native._P2p()), ctypes.cast(fake_all_reduce, ctypes.c_void_p).value,
+                           kind, send, recv, 1024, 4, 7, 0, 0, 0, 1, None, shift, 3, 0)
     for _ in range(7):
         assert lib.cb_nccl_enqueue(ctypes.addressof(spec), None) == 0
     assert [(s - send, r - recv) for s, r, _ in seen] == [(shift * (k % 3),) * 2 for k in range(7)]

@@ -1,4 +1,4 @@
-"""Collectives family: the seven nccl-tests ops over nccl, gloo and mpi (docs/families/collectives.md)."""
+"""Collectives family: the nccl-tests ops over nccl, gloo and mpi (docs/families/collectives.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +26,7 @@ class CollectiveState(CaseState):
     runner: object
     rank: int
     n: int
+    nccl: object = None   # nccl backend: the nccl_native.NcclCall that runner, the timed loop and check use
 
 
 class Collectives(Family):
@@ -69,7 +70,7 @@ class Collectives(Family):
         size_bytes = metrics.algbw_bytes(case.op, count, elem, n)   # the bytes really moved
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
-        stream, native = None, None
+        stream, native, nccl = None, None, None
         if case.backend in ("nccl", "torch_nccl"):
             import torch
 
@@ -78,6 +79,13 @@ class Collectives(Family):
             clash = nccl_identity_clash(world, ctx.device)   # ranks sharing a GPU: own NCCL_HOSTID each
             if clash:
                 raise SkipCase(clash)
+            if case.backend == "nccl":
+                from . import nccl_direct, nccl_native
+
+                nccl_direct.communicator(ctx)   # loads libnccl (or skips the Case without one)
+                missing = nccl_native.unavailable(case.op)   # an op newer than this NCCL
+                if missing:
+                    raise SkipCase(missing)
             device = ctx.device
             # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with
             # the legacy default stream; torch_nccl: the framework's current stream
@@ -92,14 +100,11 @@ class Collectives(Family):
 
             torch.cuda.synchronize()  # inputs were written on the current stream; ops run on `stream`
         if case.backend == "nccl":
-            from . import nccl_direct
-
-            comm = nccl_direct.communicator(ctx)
-            runner = nccl_direct.make_runner(case.op, bufs, comm, n, rank, case.dtype, rop)
+            # one native entry (kernels/nccl_enqueue.cu) for the timed loop, the Python loop and the check
+            nccl = nccl_native.NcclCall(case.op, bufs, nccl_direct.communicator(ctx), n, rank, case.dtype, rop)
+            runner = nccl.enqueue
             if native_loop:
-                from .nccl_native import native_op
-
-                native = native_op(case.op, bufs, comm, n, rank, case.dtype, rop)
+                native = nccl.native
         elif case.backend == "mpi":
             from . import mpi_ops
 
@@ -114,13 +119,11 @@ class Collectives(Family):
         extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
         if native_loop:
             extra["buffer_rotations"] = bufs.steps
-        if case.backend == "nccl" and case.op == "alltoall":
-            from ... import nccl_lib
-
-            extra["nccl_call"] = "ncclAlltoAll" if nccl_lib.has_alltoall() else "grouped ncclSend/ncclRecv"
+        if nccl is not None and OPS[case.op].nccl_fallback:   # which of the op's two forms ran
+            extra["nccl_call"] = nccl.what
         if case.backend in ("torch_nccl", "gloo") and not in_place and OPS[case.op].torch_local_copy:
             extra["includes_local_copy"] = True
-        return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n,
+        return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n, nccl,
                                count=count, size_bytes=size_bytes, stream=stream, extra=extra, native=native)
 
     def run(self, state: CollectiveState) -> None:
@@ -136,8 +139,11 @@ class Collectives(Family):
             import torch
 
             torch.cuda.synchronize()  # the refill ran on the current stream
-            with torch.cuda.stream(state.stream):
-                state.runner()
+            if state.nccl is not None:   # the native entry the timed loop called, on the head slice
+                state.nccl.check_once(state.stream.cuda_stream)
+            else:
+                with torch.cuda.stream(state.stream):
+                    state.runner()
             state.stream.synchronize()
         return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)
 
@@ -150,6 +156,7 @@ class Collectives(Family):
     def teardown(self, state: CollectiveState) -> None:
         state.bufs = None
         state.runner = None
+        state.nccl = None
 
 
 FAMILY = Collectives()

@@ -6,6 +6,7 @@ barriers never interleave with measured traffic.
 from __future__ import annotations
 
 from ..base import RankContext
+from .ops import ROOT
 
 
 def data_comm(ctx: RankContext):
@@ -48,6 +49,14 @@ def make_runner(op: str, bufs, comm, n: int, rank: int, in_place: bool, rop: str
             return lambda: comm.Reduce(MPI.IN_PLACE if rank == 0 else recv, recv if rank == 0 else None,
                                        op=red, root=0)
         return lambda: comm.Reduce(send, recv, op=red, root=0)
+    if op == "gather":   # in place, the root's own chunk already sits in the receive buffer
+        if in_place and rank == ROOT:
+            return lambda: comm.Gather(MPI.IN_PLACE, recv, root=ROOT)
+        return lambda: comm.Gather(send, recv if rank == ROOT else None, root=ROOT)
+    if op == "scatter":  # in place, the root keeps its own chunk where it is
+        if in_place and rank == ROOT:
+            return lambda: comm.Scatter(send, MPI.IN_PLACE, root=ROOT)
+        return lambda: comm.Scatter(send if rank == ROOT else None, recv, root=ROOT)
     if op == "sendrecv":
         dst, src = (rank + 1) % n, (rank - 1) % n
         return lambda: comm.Sendrecv(send, dest=dst, recvbuf=recv, source=src)

@@ -1,8 +1,9 @@
 """The collective ops: one entry each holds everything commbench knows about an op apart from
 how a backend calls it. metrics (count, algbw, busbw), buffers (layout, in-place aliasing,
-expected result), the family (in-place form, reduction, extra columns) and the NVSHMEM
-collectives read this table; each backend has one line per op (nccl_direct, nccl_native and
-kernels/nccl_enqueue.cu, mpi_ops, torch_ops).
+expected result), the family (in-place form, reduction, extra columns), the nccl-tests importer
+and the NVSHMEM collectives read this table; each backend has one line per op (the op table of
+kernels/nccl_enqueue.cu, which nccl_native checks against this one when it loads; mpi_ops;
+torch_ops).
 
 Adding an op: an entry here, then its line in each backend.
 """
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import pattern
+
+ROOT = 0  # the root of rooted ops (nccl-tests sweeps it; commbench uses rank 0)
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,13 @@ class CollectiveOp:
     torch_local_copy: bool
     # expected(reduce_op, n, rank, count, j) -> values at result positions j, None when unchecked
     expected: Callable
+    rooted: bool                         # data goes to or comes from rank ROOT only
+    # nccl backend: the libnccl entry point kernels/nccl_enqueue.cu calls ("" = grouped
+    # ncclSend/ncclRecv), the NCCL version that exports it (major*10000 + minor*100) and what runs
+    # on an older NCCL ("" = nothing: the Case is skipped with the reason)
+    nccl_call: str
+    nccl_since: int = 0
+    nccl_fallback: str = ""
 
 
 def _all_reduce(rop, n, rank, count, j):
@@ -50,15 +60,23 @@ def _alltoall(rop, n, rank, count, j):
 
 
 def _broadcast(rop, n, rank, count, j):
-    return pattern.values(0, j)
+    return pattern.values(ROOT, j)
 
 
 def _reduce(rop, n, rank, count, j):
-    return pattern.reduce_expected(rop, n, j) if rank == 0 else None
+    return pattern.reduce_expected(rop, n, j) if rank == ROOT else None
 
 
 def _sendrecv(rop, n, rank, count, j):
     return pattern.values((rank - 1) % n, j)
+
+
+def _gather(rop, n, rank, count, j):
+    return pattern.values(j // count, j % count) if rank == ROOT else None
+
+
+def _scatter(rop, n, rank, count, j):
+    return pattern.values(ROOT, rank * count + j)
 
 
 def _no_in_place(op: str) -> str:
@@ -79,15 +97,28 @@ def _one(n: int) -> float:
 
 OPS: dict[str, CollectiveOp] = {op.name: op for op in (
     #            name              chunked  bus factor       reduces send_n recv_n in place      torch copy  expected
-    CollectiveOp("all_reduce",     False, _all_reduce_bus, True,  False, False, "same",        True,  _all_reduce),
-    CollectiveOp("all_gather",     True,  _chunk_bus,      False, False, True,  "recv_slice",  False, _all_gather),
-    CollectiveOp("reduce_scatter", True,  _chunk_bus,      True,  True,  False, "send_slice",  False, _reduce_scatter),
+    #            rooted  nccl call (, since, fallback)
+    CollectiveOp("all_reduce",     False, _all_reduce_bus, True,  False, False, "same",        True,  _all_reduce,
+                 False, "ncclAllReduce"),
+    CollectiveOp("all_gather",     True,  _chunk_bus,      False, False, True,  "recv_slice",  False, _all_gather,
+                 False, "ncclAllGather"),
+    CollectiveOp("reduce_scatter", True,  _chunk_bus,      True,  True,  False, "send_slice",  False, _reduce_scatter,
+                 False, "ncclReduceScatter"),
     CollectiveOp("alltoall",       True,  _chunk_bus,      False, True,  True,  _no_in_place("alltoall"),
-                 False, _alltoall),
-    CollectiveOp("broadcast",      False, _one,            False, False, False, "same",        True,  _broadcast),
-    CollectiveOp("reduce",         False, _one,            True,  False, False, "same",        True,  _reduce),
+                 False, _alltoall,
+                 False, "ncclAlltoAll", 22800, "grouped ncclSend/ncclRecv"),
+    CollectiveOp("broadcast",      False, _one,            False, False, False, "same",        True,  _broadcast,
+                 True,  "ncclBroadcast"),
+    CollectiveOp("reduce",         False, _one,            True,  False, False, "same",        True,  _reduce,
+                 True,  "ncclReduce"),
     CollectiveOp("sendrecv",       False, _one,            False, False, False, _no_in_place("sendrecv"),
-                 False, _sendrecv),
+                 False, _sendrecv,
+                 False, ""),
+    # nccl-tests: size_bytes is the root's whole buffer (n chunks of count), busbw = algbw (n-1)/n
+    CollectiveOp("gather",         True,  _chunk_bus,      False, False, True,  "recv_slice",  False, _gather,
+                 True,  "ncclGather", 22800),
+    CollectiveOp("scatter",        True,  _chunk_bus,      False, True,  False, "send_slice",  False, _scatter,
+                 True,  "ncclScatter", 22800),
 )}
 IN_PLACE_FORMS = ("same", "recv_slice", "send_slice")
 

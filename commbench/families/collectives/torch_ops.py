@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 
 from ..base import RankContext
+from .ops import ROOT
 
 
 def tcp_store(world):
@@ -92,6 +93,12 @@ def make_runner(op: str, bufs, n: int, rank: int, in_place: bool, rop: str):
                 recv.copy_(send)
             call()
         return rooted_oop
+    if op == "gather":   # the root's receive buffer as n chunk views (in place, its own chunk is send)
+        chunks = list(recv.chunk(n)) if rank == ROOT else None
+        return lambda: dist.gather(send, gather_list=chunks, dst=ROOT)
+    if op == "scatter":
+        chunks = list(send.chunk(n)) if rank == ROOT else None
+        return lambda: dist.scatter(recv, scatter_list=chunks, src=ROOT)
     if op == "sendrecv":
         peer_send, peer_recv = (rank + 1) % n, (rank - 1) % n
         if n == 1:
