@@ -213,9 +213,8 @@ def list_cmd():
         ft.add_row("backends", ", ".join(fam.backends), "")
         ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")
         for name, p in fam.params.items():
-            choices = f" (one of {', '.join(map(str, p.choices))})" if p.choices else ""
-            bounds = f" (range {p.range_text()})" if p.range else ""
-            ft.add_row(f"params.{name}", repr(p.default), p.help + choices + bounds)
+            values = p.values_text()
+            ft.add_row(f"params.{name}", repr(p.default), p.help + (f" ({values})" if values else ""))
         console.print(ft)
 
 

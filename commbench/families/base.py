@@ -19,7 +19,11 @@ class Param:
     """A family-specific suite parameter: default, accepted Python type(s), help text, and what
     values can ever run: ``choices``, an inclusive ``range`` (lo, hi; None = open) and ``check``
     (a further rule on one value, returning what is wrong or None). `validate` rejects any other
-    value with file:line:field; `list` and the docs show the same table."""
+    value with file:line:field; `list` and the docs show the same table.
+
+    A numeric Param must declare ``choices`` or a ``range`` closed on both sides, or say in
+    ``why_unbounded`` why a side stays open: a definition without one (or whose default it
+    refuses) raises ValueError when its module is imported."""
 
     default: Any
     types: tuple[type, ...]
@@ -27,6 +31,27 @@ class Param:
     choices: tuple[Any, ...] | None = None
     range: tuple[float | None, float | None] | None = None
     check: Callable[[Any], str | None] | None = None
+    why_unbounded: str = ""
+
+    def __post_init__(self) -> None:
+        wrong = self._definition_problem()
+        if wrong:
+            raise ValueError(f"Param({self.default!r}, help {self.help!r}): {wrong}")
+
+    @property
+    def numeric(self) -> bool:
+        return any(t in (int, float) for t in self.types)
+
+    def _definition_problem(self) -> str | None:
+        lo, hi = self.range or (None, None)
+        if lo is not None and hi is not None and lo > hi:
+            return f"range {self.range} is empty"
+        bounded = self.choices is not None or (lo is not None and hi is not None)
+        if self.numeric and not bounded and not self.why_unbounded:
+            return ("a numeric parameter needs choices, range=(lo, hi), or why_unbounded saying "
+                    "why a side stays open")
+        wrong = self.problem("default", self.default)
+        return f"its own default is refused: {wrong}" if wrong else None
 
     def problem(self, name: str, value: Any) -> str | None:
         """What is wrong with one value of this parameter, or None."""
@@ -48,7 +73,20 @@ class Param:
         lo, hi = self.range or (None, None)
         if lo is not None and hi is not None:
             return f"{lo}..{hi}"
+        if lo is None and hi is None:
+            return "any value"
         return f">= {lo}" if lo is not None else f"<= {hi}"
+
+    def values_text(self) -> str:
+        """What values run, as `list` and the docs say it ("" for a plain bool or string)."""
+        parts = []
+        if self.choices is not None:
+            parts.append(f"one of {', '.join(map(str, self.choices))}")
+        if self.range is not None or (self.numeric and self.choices is None):
+            parts.append(f"range {self.range_text()}")
+        if self.why_unbounded:
+            parts.append(f"unbounded: {self.why_unbounded}")
+        return "; ".join(parts)
 
 
 def multiple_of(step: int) -> Callable[[Any], str | None]:

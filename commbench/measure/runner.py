@@ -83,11 +83,7 @@ def _time(fam, case: Case, state: CaseState, world: World, prof: CaseProfiler) -
             samples = list(state.measure(case.warmup, case.iters))
         return samples, state.timing_label or "kernel"
     stream = state.stream
-    mode = case.timing
-    if stream is None:
-        mode = "host"
-    elif mode in ("auto", "host"):
-        mode = "events"
+    mode = timing.mode_for(case.timing, stream is not None)
     if state.native is not None and mode in native_loop.TIMERS:
         handle = stream.cuda_stream
         stream.synchronize()

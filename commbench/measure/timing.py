@@ -95,3 +95,11 @@ def time_host(run: Callable[[], None], iters: int, barrier: Callable[[], None]) 
 
 
 TIMERS = {"events": time_events, "pipelined": time_pipelined, "graph": time_graph}
+
+
+def mode_for(requested: str, on_stream: bool) -> str:
+    """The timing mode a Case's ``timing`` runs as: `host` without a stream; on a stream, `auto`
+    and `host` mean `events` (a GPU op's host time would be its enqueue time), the rest as asked."""
+    if not on_stream:
+        return "host"
+    return "events" if requested in ("auto", "host") else requested

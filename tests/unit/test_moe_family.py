@@ -70,6 +70,24 @@ def test_traffic_uses_deepep_bytes_and_link_ratio():
     assert one.algbw_bytes == 64 * 512 and one.bus_factor == 0
 
 
+def test_a_cases_routing_is_built_once_for_setup_and_traffic(monkeypatch):
+    """The rank's problem (set-up) and the byte accounting after timing share one routing."""
+    from commbench.families.moe import routing
+
+    fam = get_family("moe")
+    built = []
+    real = routing.generate
+    monkeypatch.setattr(routing, "generate", lambda *a, **k: built.append(k) or real(*a, **k))
+    routing._cached.cache_clear()
+    c = case(backend="nccl_a2a")
+    prm = {k: c.param(k, spec.default) for k, spec in fam.params.items()}
+    problem = make_problem(c.size_bytes, prm, 0, 2, c.dtype)
+    fam.traffic(c, 2)
+    assert len(built) == 1 and built[0]["num_tokens"] == problem.tokens == 64
+    fam.traffic(case(backend="nccl_a2a", seed=1), 2)   # another Case: its own routing
+    assert len(built) == 2 and built[1]["seed"] == 1
+
+
 def test_workspace_layout_is_aligned_and_ordered():
     offsets, total = workspace_layout({"recv_x": 1000, "cnt_in": 8, "y": 10})
     assert list(offsets) == list(LAYOUT_FIELDS)

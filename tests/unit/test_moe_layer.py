@@ -397,6 +397,7 @@ class _CpuStep:
 def test_layer_state_schedule_measure_and_check_on_cpu(monkeypatch, overlap, dtype):
     from commbench.families.base import RankContext
     from commbench.families.moe import layer as layer_mod
+    from commbench.measure import timing
     from commbench.world import World
 
     for name, value in (("Stream", lambda *a, **k: _Stream()), ("Event", lambda *a, **k: _Event()),
@@ -419,11 +420,13 @@ def test_layer_state_schedule_measure_and_check_on_cpu(monkeypatch, overlap, dty
     monkeypatch.setattr(layer_mod.LayerState, "_comm", comm)
     monkeypatch.setattr(layer_mod, "ExpertStep", step)
     ticks = iter(range(1, 10000))
-    monkeypatch.setitem(layer_mod.TIMERS, "events",
+    monkeypatch.setitem(timing.TIMERS, "events",   # the layer times with the runner's timers
                         lambda fn, stream, iters, barrier: [fn() or float(next(ticks)) for _ in range(iters)])
     world = World(0, 1, 0, 1, 1, "h", ("h",), _Comm1())
     ctx = RankContext(world=world, device="cpu")
-    case = layer_case(backend="ipc", dtype=dtype, ranks=1, tokens=9, overlap=overlap, experts=4)
+    # timing auto (a suite's default): the runner's rule makes it events, timed by the patched timer
+    case = layer_case(backend="ipc", dtype=dtype, ranks=1, tokens=9, overlap=overlap, experts=4,
+                      timing="auto")
     prm = {**{k: v.default for k, v in get_family("moe").params.items()}, **dict(case.params)}
     state = layer_mod.LayerState(case, ctx, prm)
     for mb, s in zip(state.mbs, made):

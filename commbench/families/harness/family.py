@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..base import Case, Family, Param, RankContext, Traffic
 from ...measure.state import CaseState
 
+VICTIM_OPS = ("hang", "crash", "fail")   # the ops one rank (victim_rank) misbehaves in
 
 @dataclass
 class HarnessState(CaseState):
@@ -37,21 +38,20 @@ class Harness(Family):
     needs_gpu = False
     needs_torch = False
     params = {
-        "victim_rank": Param(-1, (int,), "rank that hangs, crashes or fails (-1: the last rank)"),
-        "spin_ns_per_byte": Param(1.0, (int, float), "spin: nanoseconds of busy-waiting per byte of size"),
+        "victim_rank": Param(-1, (int,), "rank that hangs, crashes or fails (-1: the last rank)",
+                             range=(-1, None), why_unbounded="a rank of the Case: checked against its ranks"),
+        "spin_ns_per_byte": Param(1.0, (int, float), "spin: nanoseconds of busy-waiting per byte of size",
+                                  range=(0, 1000)),
         "slow_pct": Param(0.0, (int, float), "spin: stretch every spin by this percent (a known "
-                                               "slowdown for testing compare; 0 in real suites)"),
+                                               "slowdown for testing compare; 0 in real suites)",
+                          range=(0, 1000)),
     }
 
-    def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
-        params = bench.get("params") or {}
-        out = []
-        for key in ("spin_ns_per_byte", "slow_pct"):
-            vals = params.get(key, [])
-            for v in vals if isinstance(vals, list) else [vals]:
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
-                    out.append((f"params.{key}", f"must be >= 0, got {v}"))
-        return out
+    def impossible(self, case: Case) -> tuple[str, str] | None:
+        victim = case.param("victim_rank", -1)
+        if case.op in VICTIM_OPS and victim >= case.ranks:
+            return ("params.victim_rank", f"victim_rank ({victim}) is not one of the {case.ranks} rank(s)")
+        return None
 
     def setup(self, case: Case, ctx: RankContext) -> HarnessState:
         victim = case.param("victim_rank", -1) % ctx.world.size

@@ -19,6 +19,7 @@ from ...measure.state import CaseState
 from ..base import Case, Family, Param, RankContext, Traffic
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+GEMM_DIM_MAX = 65536   # a 65536 x 65536 float32 operand is 16 GiB: three of them fill a large GPU
 
 
 @dataclass
@@ -40,9 +41,9 @@ class Interference(Family):
     default_dtype = "bfloat16"
     needs_gpu = True
     params = {
-        "gemm_m": Param(8192, (int,), "rows of the GEMM's A and C"),
-        "gemm_n": Param(8192, (int,), "columns of the GEMM's B and C"),
-        "gemm_k": Param(8192, (int,), "inner dimension (columns of A, rows of B)"),
+        "gemm_m": Param(8192, (int,), "rows of the GEMM's A and C", range=(1, GEMM_DIM_MAX)),
+        "gemm_n": Param(8192, (int,), "columns of the GEMM's B and C", range=(1, GEMM_DIM_MAX)),
+        "gemm_k": Param(8192, (int,), "inner dimension (columns of A, rows of B)", range=(1, GEMM_DIM_MAX)),
     }
 
     def validate_bench(self, bench: dict) -> list[tuple[str, str]]:
@@ -52,10 +53,6 @@ class Interference(Family):
         as_list = lambda v: v if isinstance(v, list) else [v]  # noqa: E731
         if "gloo" in as_list(backends) and any(d != "float32" for d in as_list(dtypes)):
             out.append(("dtypes", "the gloo (CPU) path runs float32 only: set dtypes: [float32]"))
-        for key in self.params:
-            for v in as_list((bench.get("params") or {}).get(key, 1)):
-                if isinstance(v, int) and not isinstance(v, bool) and v < 1:
-                    out.append((f"params.{key}", f"must be >= 1, got {v}"))
         return out
 
     def setup(self, case: Case, ctx: RankContext) -> InterferenceState:

@@ -24,6 +24,13 @@ OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
 LL_BACKENDS = ("ipc_ll", "nvshmem_ll")
 NCCL_BACKENDS = ("nccl_a2a", "nccl_agrs", "symm_a2av", "deepep")
 LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shared memory
+# Bounds past every published MoE model (DeepSeek-V3: hidden 7168, 256 experts; Mixtral: FFN 14336)
+# that keep one rank's buffers and the CPU routing (tokens x ranks x experts scores) in memory.
+MAX_HIDDEN = 65536
+MAX_EXPERTS = 1024
+MAX_LAYER_TOKENS = 32768   # 8x DeepEP's prefill batch of 4096 tokens per rank
+MAX_INTERMEDIATE = 32768
+SEED_MAX = 2**32 - 1
 
 
 class MoeFamily(Family):
@@ -37,26 +44,30 @@ class MoeFamily(Family):
     dtypes = ("bfloat16", "float8_e4m3")
     default_dtype = "bfloat16"
     params = {
-        "hidden": Param(7168, (int,), "channels per token", range=(8, None), check=multiple_of(8)),
+        "hidden": Param(7168, (int,), "channels per token", range=(8, MAX_HIDDEN), check=multiple_of(8)),
         "topk": Param(8, (int,), "experts chosen per token (one lane of a warp per choice)", range=(1, 32)),
-        "experts": Param(256, (int,), "experts in total (a multiple of the ranks)", range=(1, None)),
+        "experts": Param(256, (int,), "experts in total (a multiple of the ranks)", range=(1, MAX_EXPERTS)),
         "routing": Param("random", (str,), "random (DeepEP), group (DeepSeek-V3 group-limited), "
                          "zipf (skewed hot experts)", ("random", "group", "zipf")),
-        "seed": Param(0, (int,), "routing seed (the same on every rank)"),
-        "n_group": Param(8, (int,), "group routing: expert groups", range=(1, None)),
-        "topk_group": Param(4, (int,), "group routing: groups a token may use", range=(1, None)),
-        "zipf_s": Param(1.2, (float, int), "zipf routing: popularity exponent"),
-        "num_sms": Param(24, (int,), "CTAs our kernels launch (one per SM)", range=(1, None)),
+        "seed": Param(0, (int,), "routing seed (the same on every rank)", range=(0, SEED_MAX)),
+        "n_group": Param(8, (int,), "group routing: expert groups", range=(1, MAX_EXPERTS)),
+        "topk_group": Param(4, (int,), "group routing: groups a token may use", range=(1, MAX_EXPERTS)),
+        # 10: the least popular of 1024 experts still has a float64 weight (1024^-10 ~ 1e-30)
+        "zipf_s": Param(1.2, (float, int), "zipf routing: popularity exponent (0: uniform)", range=(0, 10)),
+        # every block must be resident (they wait across ranks): setup skips more than the GPU has
+        "num_sms": Param(24, (int,), "CTAs our kernels launch (one per SM)", range=(1, 1024)),
         "timed_loop": Param("native", (str,), "ipc, ipc_ll, nvshmem_ll: enqueue the timed batch of our "
                             "kernels from native code (Python entered once per batch) or from Python, "
                             "one ctypes call per op", choices=("native", "python")),
-        "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)", range=(0, None)),
+        "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)",
+                            range=(0, LL_SMEM_TOKENS)),
         "model": Param("custom", (str,), "shape preset (hidden, experts, topk, intermediate, "
                        "routing); keys the suite writes win", MODEL_CHOICES),
         "phase": Param("prefill", (str,), "layer: prefill (4096 tokens per rank) or decode (128)",
                        PHASES),
-        "tokens": Param(0, (int,), "layer: tokens per rank (0 = the phase's)"),
-        "intermediate": Param(2048, (int,), "layer: expert FFN width (moe_intermediate)"),
+        "tokens": Param(0, (int,), "layer: tokens per rank (0 = the phase's)", range=(0, MAX_LAYER_TOKENS)),
+        "intermediate": Param(2048, (int,), "layer: expert FFN width (moe_intermediate; 16-byte GEMM "
+                              "rows: a multiple of 8)", range=(8, MAX_INTERMEDIATE), check=multiple_of(8)),
         "overlap": Param("none", (str,), "layer: none, or two_batch (two micro-batches, one's "
                          "dispatch overlaps the other's experts)", OVERLAPS),
         "gemm": Param("auto", (str,), "layer: grouped_mm (torch._grouped_mm), loop (a GEMM per "
@@ -76,9 +87,9 @@ class MoeFamily(Family):
         from .shape import shape_problem, tokens_for
 
         prm = self._params(case)
-        reason = shape_problem(case.size_bytes, prm["hidden"], case.dtype)
-        if reason:
-            return ("sizes", reason)
+        conflict = shape_problem(case.size_bytes, prm["hidden"], case.dtype)
+        if conflict:
+            return conflict
         if case.op == "combine" and case.dtype != "bfloat16":
             return ("dtypes", "combine is BF16 only (FP8 applies to dispatch)")
         if case.backend == "deepep_ll" and case.op != "layer":
@@ -89,17 +100,15 @@ class MoeFamily(Family):
         if prm["experts"] % case.ranks:
             return ("params.experts", f"experts ({prm['experts']}) must be a multiple of the ranks ({case.ranks})")
         if prm["routing"] == "group":
-            reason = _group_routing_problem(prm)
-            if reason:
-                return ("params.n_group", reason)
-        if case.backend in LL_BACKENDS:
-            budget = max(prm["max_tokens"], tokens_for(case.size_bytes, prm["hidden"]))
-            if budget > LL_SMEM_TOKENS:
-                return ("sizes", f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank")
+            conflict = _group_routing_problem(prm)
+            if conflict:
+                return conflict
+        if case.backend in LL_BACKENDS and tokens_for(case.size_bytes, prm["hidden"]) > LL_SMEM_TOKENS:
+            # the layer's tokens come from params.tokens (or the phase), the other ops' from sizes
+            return ("params.tokens" if case.op == "layer" else "sizes",
+                    f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank")
         if case.op == "layer":
-            reason = layer_plan.unsupported(case, prm)
-            if reason:
-                return ("ops", reason)
+            return layer_plan.impossible(case, prm)
         return None
 
     def setup(self, case: Case, ctx: RankContext):
@@ -150,23 +159,17 @@ class MoeFamily(Family):
         return state.check()
 
     def traffic(self, case: Case, world_size: int) -> Traffic:
+        from . import routing
         from .bytes import moe_bytes
         from .shape import tokens_for
-        from .routing import generate
 
         prm = self._params(case)
-        routing = _routing(prm, tokens_for(case.size_bytes, prm["hidden"]), world_size, generate)
-        b = moe_bytes(routing, _bytes_op(case.op), case.backend, case.dtype, prm["hidden"])
+        routed = routing.for_case(prm, tokens_for(case.size_bytes, prm["hidden"]), world_size)
+        b = moe_bytes(routed, _bytes_op(case.op), case.backend, case.dtype, prm["hidden"])
         return Traffic(b.deepep_bytes, b.link_bytes / b.deepep_bytes if b.deepep_bytes else 0.0)
 
     def teardown(self, state) -> None:
         state.close()
-
-
-def _routing(prm: dict, tokens: int, ranks: int, generate):
-    return generate(prm["routing"], num_ranks=ranks, num_tokens=tokens,
-                    num_experts=prm["experts"], topk=prm["topk"], seed=prm["seed"],
-                    n_group=prm["n_group"], topk_group=prm["topk_group"], zipf_s=prm["zipf_s"])
 
 
 def _columns(case: Case, routing, hidden: int) -> dict:
@@ -239,12 +242,17 @@ def _nccl_group(ctx: RankContext, backend: str):
 FAMILY = MoeFamily()
 
 
-def _group_routing_problem(prm: dict) -> str | None:
-    """What group-limited routing cannot do with these parameters (routing.group_limited)."""
+def _group_routing_problem(prm: dict) -> tuple[str, str] | None:
+    """What group-limited routing cannot do with these parameters (routing.group_limited):
+    (the parameter to blame, reason)."""
     if prm["experts"] % prm["n_group"]:
-        return f"group routing: experts ({prm['experts']}) must be a multiple of n_group ({prm['n_group']})"
+        return ("params.n_group", f"group routing: experts ({prm['experts']}) must be a multiple of "
+                                  f"n_group ({prm['n_group']})")
     if prm["topk_group"] > prm["n_group"]:
-        return f"group routing: topk_group ({prm['topk_group']}) exceeds n_group ({prm['n_group']})"
+        return ("params.topk_group", f"group routing: topk_group ({prm['topk_group']}) exceeds "
+                                     f"n_group ({prm['n_group']})")
     if prm["topk"] > prm["topk_group"] * (prm["experts"] // prm["n_group"]):
-        return "group routing: topk exceeds the experts in topk_group groups"
+        return ("params.topk", f"group routing: topk ({prm['topk']}) exceeds the "
+                               f"{prm['topk_group'] * (prm['experts'] // prm['n_group'])} experts in "
+                               f"topk_group ({prm['topk_group']}) groups")
     return None

@@ -32,10 +32,6 @@ from .ipc import MoeCudaError, agree
 from .problem import Problem, make_problem
 from .routing import Routing
 
-TIMERS = {"events": timing.time_events, "pipelined": timing.time_pipelined,
-          "graph": timing.time_graph}
-
-
 def micro_batches(tokens: int, overlap: str) -> list[tuple[int, int]]:
     """(first token, tokens) of each micro-batch."""
     if overlap != "two_batch":
@@ -79,7 +75,7 @@ class LayerState(CaseState):
                                              case.dtype)
         p = self.problem
         self.inter, self.overlap = prm["intermediate"], prm["overlap"]
-        self.mode = "events" if case.timing in ("auto", "host") else case.timing
+        self.mode = timing.mode_for(case.timing, on_stream=True)
         self.timing_label = self.mode
         self.measure = self._measure_layer
         self.stream = torch.cuda.Stream(self.device)
@@ -228,7 +224,7 @@ class LayerState(CaseState):
             for _ in range(warmup):
                 fn()
         self.stream.synchronize()
-        return TIMERS[self.mode](fn, self.stream, iters, self.world.barrier)
+        return timing.TIMERS[self.mode](fn, self.stream, iters, self.world.barrier)
 
     def _slowest_median(self, samples: list[float]) -> float:
         return statistics.median(max(v) for v in zip(*self.world.allgather(samples)))

@@ -1,4 +1,4 @@
-"""Planning the MoE `layer` op on the CPU: presets into Cases, suite checks, unsupported reasons.
+"""Planning the MoE `layer` op on the CPU: presets into Cases, suite checks, impossible combinations.
 
 Nothing here touches a GPU: `validate`, `list` and the planner call it.
 """
@@ -56,27 +56,26 @@ def validate(bench: dict) -> list[tuple[str, str]]:
     return []
 
 
-def unsupported(case, prm: dict) -> str | None:
-    """Reason a layer Case can never run (knowable from the suite alone), or None."""
+def impossible(case, prm: dict) -> tuple[str, str] | None:
+    """Why a layer Case can never run (knowable from the suite alone), as (suite field to blame,
+    reason), or None. The layer's own parameters (intermediate, tokens) are checked by their Params."""
     tokens = case.size_bytes // (2 * prm["hidden"])
-    inter = prm["intermediate"]
-    if inter <= 0 or inter % 8:
-        return f"intermediate must be a positive multiple of 8 (16-byte GEMM rows), got {inter}"
     if prm["overlap"] == "two_batch" and tokens < 2:
-        return "two_batch overlap splits the tokens into two micro-batches: it needs >= 2 tokens"
+        return ("params.tokens", "two_batch overlap splits the tokens into two micro-batches: "
+                                 "it needs >= 2 tokens")
     if case.backend == "deepep" and case.ranks not in DEEPEP_NORMAL_RANKS:
-        return (f"DeepEP's normal kernels have configurations for {list(DEEPEP_NORMAL_RANKS)} "
-                f"ranks, not {case.ranks}")
+        return ("ranks", f"DeepEP's normal kernels have configurations for {list(DEEPEP_NORMAL_RANKS)} "
+                         f"ranks, not {case.ranks}")
     if case.backend == "deepep_ll":
         if prm["hidden"] not in DEEPEP_LL_HIDDEN:
-            return (f"DeepEP's low-latency kernels are built for hidden in "
-                    f"{list(DEEPEP_LL_HIDDEN)}, not {prm['hidden']}")
+            return ("params.hidden", f"DeepEP's low-latency kernels are built for hidden in "
+                                     f"{list(DEEPEP_LL_HIDDEN)}, not {prm['hidden']}")
         if prm["topk"] > DEEPEP_LL_MAX_TOPK:
-            return f"DeepEP's low-latency kernels take topk <= {DEEPEP_LL_MAX_TOPK}"
+            return ("params.topk", f"DeepEP's low-latency kernels take topk <= {DEEPEP_LL_MAX_TOPK}")
     if case.timing == "graph":
         if case.backend == "deepep":
-            return ("DeepEP's normal dispatch waits on the host for the received counts: "
-                    "it cannot be captured in a CUDA graph")
+            return ("timing", "DeepEP's normal dispatch waits on the host for the received counts: "
+                              "it cannot be captured in a CUDA graph")
         if prm["gemm"] == "loop":
-            return "the per-expert GEMM loop reads group sizes on the host: no CUDA graph"
+            return ("params.gemm", "the per-expert GEMM loop reads group sizes on the host: no CUDA graph")
     return None

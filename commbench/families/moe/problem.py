@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .routing import Routing, generate
+from . import routing
+from .routing import Routing
 from .shape import FP8_BLOCK, tokens_for
 
 DTYPES = ("bfloat16", "float8_e4m3")
@@ -57,9 +58,5 @@ class Problem:
 
 
 def make_problem(size_bytes: int, params: dict, rank: int, world_size: int, dtype: str) -> Problem:
-    routing = generate(params["routing"], num_ranks=world_size,
-                       num_tokens=tokens_for(size_bytes, params["hidden"]),
-                       num_experts=params["experts"], topk=params["topk"], seed=params["seed"],
-                       n_group=params["n_group"], topk_group=params["topk_group"],
-                       zipf_s=params["zipf_s"])
-    return Problem(routing, rank, dtype, params["hidden"], params["num_sms"])
+    routed = routing.for_case(params, tokens_for(size_bytes, params["hidden"]), world_size)
+    return Problem(routed, rank, dtype, params["hidden"], params["num_sms"])

@@ -7,6 +7,7 @@ without communication (the check and the byte accounting rely on this).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -120,3 +121,17 @@ def generate(method: str, *, num_ranks: int, num_tokens: int, num_experts: int, 
     else:
         raise ValueError(f"unknown routing {method!r}; choose one of {', '.join(METHODS)}")
     return Routing(idx.long(), w, num_ranks, num_tokens, num_experts, method, seed)
+
+
+def for_case(params: dict, num_tokens: int, num_ranks: int) -> Routing:
+    """The routing a moe Case's parameters name. Built once per Case: set-up and the byte
+    accounting after timing (the runner's traffic call) share it; callers must not modify it."""
+    return _cached(params["routing"], num_ranks, num_tokens, params["experts"], params["topk"],
+                   params["seed"], params["n_group"], params["topk_group"], params["zipf_s"])
+
+
+@lru_cache(maxsize=1)   # one Case at a time: the last routing only
+def _cached(method: str, num_ranks: int, num_tokens: int, num_experts: int, topk: int, seed: int,
+            n_group: int, topk_group: int, zipf_s: float) -> Routing:
+    return generate(method, num_ranks=num_ranks, num_tokens=num_tokens, num_experts=num_experts,
+                    topk=topk, seed=seed, n_group=n_group, topk_group=topk_group, zipf_s=zipf_s)

@@ -18,6 +18,8 @@ from ..base import Case, Family, Param, RankContext, Traffic
 P2P_OPS = ("put", "get", "p", "put_signal", "atomic_fetch_add", "put_latency", "get_latency", "pingpong")
 COLL_OPS = ("all_reduce", "all_gather", "alltoall", "broadcast", "reduce_scatter")
 LATENCY_OPS = ("put_latency", "get_latency", "pingpong")
+MAX_CTAS = 4096      # about 30 CTAs per SM of the largest GPUs; the kernels take a C int
+MAX_REPS = 100_000   # transfers in one launch: the launch must finish within the Case's timeout
 
 
 def transport_label(env: dict[str, str], all_p2p: bool) -> str:
@@ -38,7 +40,8 @@ class Nvshmem(Family):
     default_dtype = "float32"
     needs_gpu = True
     params = {
-        "num_ctas": Param(4, (int,), "CTAs issuing bandwidth / message-rate ops (perftest -c)", range=(1, None)),
+        "num_ctas": Param(4, (int,), "CTAs issuing bandwidth / message-rate ops (perftest -c)",
+                          range=(1, MAX_CTAS)),
         "threads": Param(1024, (int,), "threads per CTA (perftest -t)", range=(1, 1024)),
         "scope": Param("block", (str,), "who issues each put/get: one thread, a warp or a whole CTA",
                        choices=("thread", "warp", "block")),
@@ -46,7 +49,7 @@ class Nvshmem(Family):
         "direction": Param("uni", (str,), "uni: even PEs send to odd PEs; bi: both send",
                            choices=("uni", "bi")),
         "reps": Param(1, (int,), "transfers per kernel launch (perftest's in-kernel loop); bytes count all",
-                      range=(1, None)),
+                      range=(1, MAX_REPS)),
         "timed_loop": Param("native", (str,), "enqueue the timed batch of put/get/p/atomic ops from native code "
                             "(Python entered once per batch) or from Python, one call per op",
                             choices=("native", "python")),

@@ -10,8 +10,12 @@ message in chunks). See docs/families/proxy.md.
 from __future__ import annotations
 
 from ...errors import SkipCase
-from ..base import Case, Family, Param, RankContext, Traffic, power_of_two
+from ..base import Case, Family, Param, RankContext, Traffic, multiple_of, power_of_two
 from .native import MAX_CMD_BYTES, MAX_PRODUCERS, MAX_RING_SLOTS
+
+MAX_CMDS_PER_PRODUCER = 1 << 20   # per iteration; far inside the kernel's uint32 per-producer counts
+MAX_TIMEOUT_MS = 600_000          # 10 minutes: past any launch's own timeout
+MAX_STALL_AFTER = 1 << 32         # a command count; the engine compares it with a uint64 counter
 
 
 class ProxyFamily(Family):
@@ -26,22 +30,25 @@ class ProxyFamily(Family):
                           "(pinned memory), peer (next GPU), none (proxy acknowledges, no data)",
                           ("device", "host", "peer", "none")),
         "proxy_threads": Param(1, (int,), "native proxy threads, one ring each (1-64)", range=(1, 64)),
-        "num_ctas": Param(1, (int,), "producer CTAs (rate, bandwidth)", range=(1, None)),
+        "num_ctas": Param(1, (int,), "producer CTAs (rate, bandwidth)", range=(1, MAX_PRODUCERS)),
         "warps_per_cta": Param(1, (int,), "producer warps per CTA; one warp is one producer", range=(1, 32)),
         "batch": Param(32, (int,), "commands a warp reserves and publishes at once (1-32; one per lane)",
                        range=(1, 32)),
-        "cmds_per_producer": Param(1024, (int,), "rate: commands each producer issues per iteration"),
-        "chunk_bytes": Param(1 << 20, (int,), "bandwidth: bytes per command (multiple of 8)"),
+        "cmds_per_producer": Param(1024, (int,), "rate: commands each producer issues per iteration",
+                                   range=(1, MAX_CMDS_PER_PRODUCER)),
+        "chunk_bytes": Param(1 << 20, (int,), "bandwidth: bytes per command (multiple of 8)",
+                             range=(8, MAX_CMD_BYTES), check=multiple_of(8)),
         "ring_slots": Param(4096, (int,), "slots per ring (power of two, at most 32768)",
                             range=(1, MAX_RING_SLOTS), check=power_of_two),
-        "ce_batch": Param(1, (int,), "copy executor: 1 submits a drained batch with cudaMemcpyBatchAsync"),
+        "ce_batch": Param(1, (int,), "copy executor: 1 submits a drained batch with cudaMemcpyBatchAsync, "
+                          "0 one copy per command", choices=(0, 1)),
         "timeout_ms": Param(2000, (int,), "longest wait without progress before the kernel gives up",
-                            range=(1, None)),
+                            range=(1, MAX_TIMEOUT_MS)),
         "cpu_affinity": Param("all", (str,), "all: proxy threads may use every CPU of the node even when "
                               "the launcher bound the rank to one core; inherit: keep the rank's binding",
                               ("all", "inherit")),
         "inject_stall_after": Param(0, (int,), "fault injection: each proxy thread stops after N commands "
-                                    "(the row must end failed, not hang); 0 = off", range=(0, None)),
+                                    "(the row must end failed, not hang); 0 = off", range=(0, MAX_STALL_AFTER)),
     }
 
     def _params(self, case: Case) -> dict:
@@ -62,15 +69,9 @@ class ProxyFamily(Family):
         if producers > MAX_PRODUCERS:
             return ("params.num_ctas", f"at most {MAX_PRODUCERS} producers (num_ctas x warps_per_cta = "
                                        f"{producers})")
-        if case.op == "bandwidth":
-            chunk = prm["chunk_bytes"]
-            if chunk < 8 or chunk % 8 or chunk > MAX_CMD_BYTES:
-                return ("params.chunk_bytes", f"chunk_bytes must be a multiple of 8 in 8..{MAX_CMD_BYTES}")
-        elif case.size_bytes > MAX_CMD_BYTES:
+        if case.op != "bandwidth" and case.size_bytes > MAX_CMD_BYTES:
             return ("sizes", f"one command moves at most {MAX_CMD_BYTES} bytes; use op bandwidth for "
                              f"larger messages")
-        if case.op == "rate" and prm["cmds_per_producer"] < 1:
-            return ("params.cmds_per_producer", "cmds_per_producer must be >= 1")
         return None
 
     def setup(self, case: Case, ctx: RankContext):

@@ -64,8 +64,8 @@ class TrainingFamily(Family):
                 continue
             for combo in itertools.product(*[_as_list(params[k]) for k in keys]):
                 chosen = dict(zip(keys, combo))
-                if any(not isinstance(v, PARAMS[k].types) for k, v in chosen.items()):
-                    continue   # the type check reports it
+                if any(PARAMS[k].problem(k, v) for k, v in chosen.items()):
+                    continue   # the Param check reports it (type, range)
                 shape = resolve(chosen, op, dtype, world, rpn if isinstance(rpn, int) else None)
                 for fld, msg in problems(shape):
                     what = f"{msg} (op {op}, {world} rank(s)"
@@ -74,9 +74,9 @@ class TrainingFamily(Family):
                         out.append((fld, what))
         return out
 
-    def unsupported(self, case: Case) -> str | None:
+    def impossible(self, case: Case) -> tuple[str, str] | None:
         found = problems(self.shape(case, case.ranks, case.ranks_per_node))
-        return found[0][1] if found else None
+        return found[0] if found else None
 
     def shape(self, case: Case, world: int, ranks_per_node: int | None = None) -> Shape:
         return resolve(dict(case.params), case.op, case.dtype, world, ranks_per_node)

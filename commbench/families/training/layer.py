@@ -18,8 +18,6 @@ from typing import NamedTuple
 from .bytes import layer_weight_sizes
 from .shapes import Shape
 
-TORCH_DTYPES = ("bfloat16", "float32", "float16")
-
 
 class Weights(NamedTuple):
     qkv: object
@@ -36,12 +34,6 @@ class Dims:
     kv_heads: int
     head_dim: int
     micro_batch: int
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return getattr(torch, name)
 
 
 def det_randn(shape, key: tuple, device, dtype, scale: float = 1.0):

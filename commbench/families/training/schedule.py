@@ -8,8 +8,9 @@ single-process reference: the returned Tally counts wrong elements.
 """
 from __future__ import annotations
 
+from ...dtypes import torch_dtype
 from .comm import Comm
-from .layer import Dims, det_randn, torch_dtype
+from .layer import Dims, det_randn
 from .shapes import Shape
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ... import dtypes
 from .params import PARAMS
 from .presets import PRESETS
-
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -39,11 +38,11 @@ class Shape:
 
     @property
     def elem_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
+        return dtypes.size_bytes(self.dtype)
 
     @property
     def reduce_bytes(self) -> int:
-        return DTYPE_BYTES[self.reduce_dtype]
+        return dtypes.size_bytes(self.reduce_dtype)
 
     @property
     def qkv_cols(self) -> int:
@@ -111,14 +110,8 @@ def resolve(params: dict, op: str, dtype: str, world: int, ranks_per_node: int |
 
 def problems(s: Shape) -> list[tuple[str, str]]:
     """(field, message) for each reason this shape cannot run; [] when it can."""
-    out: list[tuple[str, str]] = []
-    for key in ("hidden", "ffn", "heads", "kv_heads", "head_dim", "seq_len", "cp_a2a_size",
-                "bucket_params"):
-        if s.params[key] < 0:
-            out.append((f"params.{key}", f"must be >= 0, got {s.params[key]}"))
-    for key in ("tokens_per_rank", "layers", "replicate"):
-        if s.params[key] < 1:
-            out.append((f"params.{key}", f"must be >= 1, got {s.params[key]}"))
+    # a value outside its Param first: the arithmetic below relies on the ranges (no 0 tokens)
+    out = [(f"params.{k}", msg) for k, spec in PARAMS.items() if (msg := spec.problem(k, s.params[k]))]
     if out:
         return out
     if s.params["head_dim"] == 0 and s.hidden % s.heads:
