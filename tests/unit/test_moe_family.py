@@ -8,7 +8,7 @@ import pytest
 from commbench import jit
 from commbench.families import get_family
 from commbench.families.base import Case
-from commbench.families.moe.ipc import LAYOUT_FIELDS, workspace_layout
+from commbench.comm.ipc import LAYOUT_FIELDS, workspace_layout
 from commbench.families.moe.peer import workspace_sizes
 from commbench.families.moe.problem import make_problem
 
@@ -42,7 +42,7 @@ def test_unsupported_reasons():
 
 
 def test_agree_raises_on_every_rank_and_undoes_local_success():
-    from commbench.families.moe.ipc import MoeCudaError, agree
+    from commbench.comm.ipc import MoeCudaError, agree
 
     class Comm:   # rank 0 of 2; rank 1 failed
         def allgather(self, ok):
@@ -105,7 +105,7 @@ def test_low_latency_workspace_by_hand():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", ["moe_normal", "moe_ll", "moe_ipc"])
+@pytest.mark.parametrize("name", ["moe_normal", "moe_ll", "ipc"])
 def test_kernels_compile_for_sm90(name):
     jit.compile_check(name, arch="sm_90")
 

@@ -5,7 +5,8 @@ import ctypes
 
 from ... import jit
 from ...errors import SkipCase
-from . import data, peers, torch_group
+from ...comm import process_group as torch_group
+from . import data, peers
 from .state import ArState
 
 ALGO_IDS = {"cb_one_shot": 0, "cb_two_shot": 1}

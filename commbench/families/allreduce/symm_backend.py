@@ -6,7 +6,8 @@ The family calls this only after the multicast gate has passed for
 from __future__ import annotations
 
 from ...errors import SkipCase
-from . import data, torch_group
+from ...comm import process_group as torch_group
+from . import data
 from .state import ArState
 
 

@@ -8,7 +8,7 @@ from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
 from ..base import Case, Family, Param, RankContext, Traffic
-from .ops import OPS, no_in_place_reason
+from ...comm.ops import OPS, no_in_place_reason
 
 # Several times the L2 of current GPUs (H100/H200 50 MB, B200 126 MB), so a rotated send + receive
 # working set never fits in it
@@ -58,7 +58,7 @@ class Collectives(Family):
         return None
 
     def setup(self, case: Case, ctx: RankContext) -> CollectiveState:
-        from . import buffers
+        from ...comm import buffers
 
         world = ctx.world
         n, rank = world.size, world.rank
@@ -101,13 +101,13 @@ class Collectives(Family):
 
                 native = native_op(case.op, bufs, comm, n, rank, case.dtype, rop)
         elif case.backend == "mpi":
-            from . import mpi_ops
+            from ...comm import mpi_data
 
             if in_place and case.op == "reduce_scatter":
                 bufs.result = bufs.send[:count]
-            runner = mpi_ops.make_runner(case.op, bufs, mpi_ops.data_comm(ctx), n, rank, in_place, rop)
+            runner = mpi_data.make_runner(case.op, bufs, mpi_data.data_comm(ctx), n, rank, in_place, rop)
         else:
-            from . import torch_ops
+            from ...comm import torch_ops
 
             torch_ops.process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
@@ -127,7 +127,7 @@ class Collectives(Family):
         state.runner()
 
     def check(self, state: CollectiveState) -> int:
-        from . import buffers
+        from ...comm import buffers
 
         buffers.refill(state.op, state.bufs, state.rank, state.in_place)
         if state.stream is None:

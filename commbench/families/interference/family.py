@@ -59,7 +59,7 @@ class Interference(Family):
         return out
 
     def setup(self, case: Case, ctx: RankContext) -> InterferenceState:
-        from ..collectives import buffers
+        from ...comm import buffers
         from . import gemm, overlap
 
         world = ctx.world
@@ -86,7 +86,7 @@ class Interference(Family):
             torch.cuda.synchronize()
             pair = overlap.GpuPair(lambda: gemm.run(a, b, c), comm)
         else:
-            from ..collectives import torch_ops
+            from ...comm import torch_ops
 
             torch_ops.process_group(ctx)
             bufs = buffers.allocate(case.op, count, n, rank, case.dtype, "cpu", False)
@@ -133,7 +133,7 @@ class Interference(Family):
 
     def check(self, state: InterferenceState) -> int:
         """The collective's result and the GEMM's product, each after one more run of both together."""
-        from ..collectives import buffers
+        from ...comm import buffers
         from . import gemm
 
         buffers.refill(state.case.op, state.bufs, state.world.rank, False)

@@ -28,7 +28,7 @@ from . import layer_ref
 from . import reference as ref
 from .experts import LocalExperts
 from .expert_pack import ExpertStep
-from .ipc import MoeCudaError, agree
+from ...comm.ipc import MoeCudaError, agree
 from .problem import Problem, make_problem
 from .routing import Routing
 

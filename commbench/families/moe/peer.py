@@ -16,7 +16,7 @@ import torch
 from ...measure.state import CaseState
 from ... import jit
 from . import reference as ref
-from .ipc import PeerWorkspace, agree, check_cuda, offsets_array, workspace_layout
+from ...comm.ipc import PeerWorkspace, agree, check_cuda, offsets_array, workspace_layout
 from .problem import Problem
 
 

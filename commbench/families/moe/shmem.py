@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-from .ipc import check_cuda, copy_async, ipc_lib, same_size_everywhere
+from ...comm.ipc import check_cuda, copy_async, ipc_lib, same_size_everywhere
 
 BUFFER_NAME = "moe_ll_workspace"
 KERNELS = "moe_ll_nvshmem"

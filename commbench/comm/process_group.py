@@ -7,7 +7,7 @@ already initialised torch.distributed.
 """
 from __future__ import annotations
 
-from ..collectives.torch_ops import tcp_store
+from .torch_ops import tcp_store
 
 _KEY = "allreduce.torch_group"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ctypes
 
-from ...errors import CommbenchError
-from ... import jit
+from ..errors import CommbenchError
+from .. import jit
 
 ALIGN_BYTES = 256
 
@@ -78,7 +78,7 @@ def offsets_array(offsets: dict[str, int]):
 
 
 def ipc_lib() -> ctypes.CDLL:
-    lib = jit.load("moe_ipc")
+    lib = jit.load("ipc")
     lib.moe_error_string.restype = ctypes.c_char_p
     return lib
 

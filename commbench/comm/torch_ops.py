@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from ..base import RankContext
+from ..families.base import RankContext
 
 
 def tcp_store(world):
