@@ -5,7 +5,7 @@ barriers never interleave with measured traffic.
 """
 from __future__ import annotations
 
-from ..families.base import RankContext
+from .context import RankContext
 
 
 def data_comm(ctx: RankContext):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from ..families.base import RankContext
+from .context import RankContext
 
 
 def tcp_store(world):

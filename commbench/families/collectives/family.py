@@ -7,7 +7,8 @@ from ... import dtypes, metrics
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ..base import Case, Family, Param, RankContext, Traffic
+from ...comm.context import RankContext
+from ..base import Case, Family, Param, Traffic
 from ...comm.ops import OPS, no_in_place_reason
 
 # Several times the L2 of current GPUs (H100/H200 50 MB, B200 126 MB), so a rotated send + receive

@@ -9,7 +9,7 @@ import ctypes
 
 from ... import nccl_lib
 from ...errors import SkipCase
-from ..base import RankContext
+from ...comm.context import RankContext
 
 _KEY = "nccl_comm"
 

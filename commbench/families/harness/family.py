@@ -14,7 +14,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..base import Case, Family, Param, RankContext, Traffic
+from ...comm.context import RankContext
+from ..base import Case, Family, Param, Traffic
 from ...measure.state import CaseState
 
 

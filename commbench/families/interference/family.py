@@ -16,7 +16,8 @@ from ... import metrics
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ..base import Case, Family, Param, RankContext, Traffic
+from ...comm.context import RankContext
+from ..base import Case, Family, Param, Traffic
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
 

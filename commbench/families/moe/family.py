@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
-from ..base import Case, Family, Param, RankContext, Traffic, multiple_of
+from ...comm.context import RankContext
+from ..base import Case, Family, Param, Traffic, multiple_of
 from . import layer_plan
 from .layer_plan import GEMMS, OVERLAPS
 from .presets import MODEL_CHOICES, PHASES

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ..base import Case, Family, RankContext, Traffic
+from ...comm.context import RankContext
+from ..base import Case, Family, Traffic
 from .params import PARAMS
 from .shapes import Shape, problems, resolve
 
