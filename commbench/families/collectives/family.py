@@ -109,8 +109,9 @@ class Collectives(Family):
             runner = mpi_data.make_runner(case.op, bufs, mpi_data.data_comm(ctx), n, rank, in_place, rop)
         else:
             from ...comm import torch_ops
+            from ...comm.process_group import process_group
 
-            torch_ops.process_group(ctx)
+            process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
         if native_loop:

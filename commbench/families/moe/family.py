@@ -232,7 +232,7 @@ def _nccl_group(ctx: RankContext, backend: str):
     clash = nccl_identity_clash(ctx.world, ctx.device)
     if clash:
         raise SkipCase(clash)
-    from ...comm.torch_ops import process_group
+    from ...comm.process_group import process_group
 
     return process_group(ctx)
 
