@@ -4,8 +4,8 @@ from __future__ import annotations
 import ctypes
 
 from ... import jit
-from ...errors import SkipCase
 from ...comm.process_group import symm_group_name
+from ...errors import SkipCase
 from . import data, peers
 from .state import ArState
 

@@ -5,8 +5,8 @@ The family calls this only after the multicast gate has passed for
 """
 from __future__ import annotations
 
-from ...errors import SkipCase
 from ...comm.process_group import symm_group_name
+from ...errors import SkipCase
 from . import data
 from .state import ArState
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import dtypes, metrics
+from ...comm.context import RankContext
+from ...comm.ops import OPS, no_in_place_reason
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ...comm.context import RankContext
 from ..base import Case, Family, Param, Traffic
-from ...comm.ops import OPS, no_in_place_reason
 
 # Several times the L2 of current GPUs (H100/H200 50 MB, B200 126 MB), so a rotated send + receive
 # working set never fits in it

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 
 from ...comm.context import RankContext
-from ..base import Case, Family, Param, Traffic
 from ...measure.state import CaseState
+from ..base import Case, Family, Param, Traffic
 
 
 @dataclass

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import metrics
+from ...comm.context import RankContext
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ...comm.context import RankContext
 from ..base import Case, Family, Param, Traffic
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")

@@ -12,9 +12,10 @@ commbench/families/moe/layer.py); model presets and phases set its shape and tok
 """
 from __future__ import annotations
 
+from ...comm.agree import all_true
+from ...comm.context import RankContext
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
-from ...comm.context import RankContext
 from ..base import Case, Family, Param, Traffic, multiple_of
 from . import layer_plan
 from .layer_plan import GEMMS, OVERLAPS
@@ -212,7 +213,7 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
     handle = boot.ensure(ctx)   # SkipCase with NVSHMEM's reason when it cannot come up
     state = PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"],
                       transport="nvshmem", handle=handle)
-    all_p2p = all(ctx.world.allgather(state.ws.all_p2p))
+    all_p2p = all_true(ctx.world, state.ws.all_p2p)
     state.extra.update(transport=transport_label(dict(os.environ), all_p2p),
                        nvshmem_version=boot.metadata()["nvshmem"], nvshmem_mode=handle.status_name)
     if prm["timed_loop"] == "native":

@@ -9,8 +9,8 @@ message in chunks). See docs/families/proxy.md.
 """
 from __future__ import annotations
 
-from ...errors import SkipCase
 from ...comm.context import RankContext
+from ...errors import SkipCase
 from ..base import Case, Family, Param, Traffic, power_of_two
 from .native import MAX_CMD_BYTES, MAX_PRODUCERS, MAX_RING_SLOTS
 
