@@ -2,7 +2,7 @@
 how a backend calls it. metrics (count, algbw, busbw), buffers (layout, in-place aliasing,
 expected result), the family (in-place form, reduction, extra columns) and the NVSHMEM
 collectives read this table; each backend has one line per op (nccl_direct, nccl_native and
-kernels/nccl_enqueue.cu, mpi_ops, torch_ops).
+kernels/nccl_enqueue.cu in the collectives family, mpi_data and torch_ops here).
 
 Adding an op: an entry here, then its line in each backend.
 """
