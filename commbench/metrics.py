@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 from .dtypes import BYTES as DTYPE_BYTES
-from .families.collectives.ops import OPS
+from .comm.ops import OPS
 
 __all__ = ["DTYPE_BYTES", "COLLECTIVE_OPS", "element_count", "bus_factor", "algbw_bytes", "gbps",
            "busbw_gbps", "percentile", "summarize"]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from commbench import __version__, dtypes, metrics
 from commbench.errors import CommbenchError
-from commbench.families.collectives.ops import OPS as COLLECTIVE_OPS
-from commbench.families.collectives.ops import ROOT, no_in_place_reason
+from commbench.comm.ops import OPS as COLLECTIVE_OPS
+from commbench.comm.ops import ROOT, no_in_place_reason
 
 from .nccl_tests import NcclTestsFormatError, ResultLine, Side, TestRun, read, version_string
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from .. import metrics
 from ..errors import SkipCase, StorageFull
 from ..families import get_family
-from ..families.base import Case, RankContext
+from ..comm.context import RankContext
+from ..families.base import Case
 from .. import safety
 from ..profile import store as profile_store
 from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from ..families.base import RankContext
+from ..comm.context import RankContext
 from .. import safety
 from . import device
 

@@ -12,7 +12,8 @@ import sys
 import pytest
 import torch
 
-from commbench.families.base import Case, RankContext
+from commbench.comm.context import RankContext
+from commbench.families.base import Case
 
 NO_GPU = not torch.cuda.is_available()
 SMALL = {"hidden": 2048, "topk": 4, "experts": 16, "num_sms": 8}

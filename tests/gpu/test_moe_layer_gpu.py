@@ -20,7 +20,8 @@ import torch
 
 from commbench.errors import SkipCase
 from commbench.families import get_family
-from commbench.families.base import Case, RankContext
+from commbench.comm.context import RankContext
+from commbench.families.base import Case
 
 NO_GPU = not torch.cuda.is_available()
 BACKENDS = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(NO_GPU, reason="no CUDA GPU: proxy GPU tests nee
 
 from commbench.errors import SkipCase  # noqa: E402
 from commbench.families import get_family  # noqa: E402
-from commbench.families.base import Case, RankContext  # noqa: E402
+from commbench.comm.context import RankContext  # noqa: E402
+from commbench.families.base import Case  # noqa: E402
 from commbench.families.proxy import bench  # noqa: E402
 from commbench.families.proxy.native import ProxyError  # noqa: E402
 

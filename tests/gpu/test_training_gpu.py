@@ -14,7 +14,8 @@ import sys
 import pytest
 import torch
 
-from commbench.families.base import Case, RankContext
+from commbench.comm.context import RankContext
+from commbench.families.base import Case
 
 NO_GPU = not torch.cuda.is_available()
 MEDIUM = {"model": "llama3-8b", "tokens_per_rank": 4096, "layers": 2}

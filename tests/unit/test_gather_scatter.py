@@ -3,7 +3,7 @@ layout, in-place aliasing), the data moved by hand as the collective would, then
 The same ops under mpiexec on MPI and gloo: tests/unit/test_cpu_runs.py."""
 import pytest
 
-from commbench.families.collectives.ops import OPS, ROOT
+from commbench.comm.ops import OPS, ROOT
 
 torch = pytest.importorskip("torch")
 from commbench.families.collectives import buffers  # noqa: E402  (needs torch)

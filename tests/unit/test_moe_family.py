@@ -8,9 +8,9 @@ import pytest
 from commbench import jit
 from commbench.families import get_family
 from commbench.families.base import Case
-from commbench.families.moe.ipc import LAYOUT_FIELDS, workspace_layout
 from commbench.families.moe.peer import workspace_sizes
 from commbench.families.moe.problem import make_problem
+from commbench.families.moe.workspace import LAYOUT_FIELDS, workspace_layout
 
 
 def case(op="dispatch", backend="ipc", dtype="bfloat16", size=64 * 256 * 2, ranks=2,
@@ -39,25 +39,6 @@ def test_unsupported_reasons():
     assert "num_sms" in fam.unsupported(case(num_sms=0))
     assert "multiple of 128" in fam.unsupported(case(dtype="float8_e4m3", hidden=200,
                                                      size=64 * 200 * 2))
-
-
-def test_agree_raises_on_every_rank_and_undoes_local_success():
-    from commbench.families.moe.ipc import MoeCudaError, agree
-
-    class Comm:   # rank 0 of 2; rank 1 failed
-        def allgather(self, ok):
-            return [ok, False]
-
-    undone = []
-    with pytest.raises(MoeCudaError, match=r"rank\(s\) \[1\]"):
-        agree(Comm(), lambda: "buf", "allocating", undo=undone.append)
-    assert undone == ["buf"]
-
-    def boom():
-        raise RuntimeError("local failure")
-
-    with pytest.raises(RuntimeError, match="local failure"):   # the failing rank sees its own error
-        agree(Comm(), boom, "allocating")
 
 
 def test_traffic_uses_deepep_bytes_and_link_ratio():
@@ -123,7 +104,7 @@ def test_low_latency_workspace_by_hand():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", ["moe_normal", "moe_ll", "moe_ipc"])
+@pytest.mark.parametrize("name", ["moe_normal", "moe_ll"])
 def test_kernels_compile_for_sm90(name):
     jit.compile_check(name, arch="sm_90")
 

@@ -395,7 +395,7 @@ class _CpuStep:
 @pytest.mark.parametrize("overlap", ["none", "two_batch"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3"])
 def test_layer_state_schedule_measure_and_check_on_cpu(monkeypatch, overlap, dtype):
-    from commbench.families.base import RankContext
+    from commbench.comm.context import RankContext
     from commbench.families.moe import layer as layer_mod
     from commbench.measure import timing
     from commbench.world import World

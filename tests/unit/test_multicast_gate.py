@@ -5,7 +5,8 @@ from commbench import safety
 from commbench.families.allreduce import gate
 from commbench.errors import SkipCase
 from commbench.families.allreduce.family import FAMILY
-from commbench.families.base import Case, RankContext
+from commbench.comm.context import RankContext
+from commbench.families.base import Case
 
 SWITCHES = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 KILL_TEXT = ("multicast disabled by site kill switch (NCCL_NVLS_ENABLE=0, NVSHMEM_DISABLE_NVLS=1, "

@@ -101,7 +101,7 @@ def test_enqueue_rotates_buffers_as_nccl_tests(tmp_path, monkeypatch):
                                          ("all_gather", True), ("reduce_scatter", True), ("alltoall", False)])
 def test_rotation_pool_slices_hold_the_same_input(op, in_place):
     torch = pytest.importorskip("torch")
-    from commbench.families.collectives import buffers
+    from commbench.comm import buffers
 
     n, rank, count = 4, 1, 64
     plain = buffers.allocate(op, count, n, rank, "float32", "cpu", in_place)

@@ -7,7 +7,7 @@ import pytest
 
 from commbench import nccl_lib
 from commbench.families.collectives import nccl_native
-from commbench.families.collectives.ops import OPS, ROOT
+from commbench.comm.ops import OPS, ROOT
 from tests.conftest import needs_nvcc
 
 # How kernels/nccl_enqueue.cu must call each op's entry point (the NCCL signature after

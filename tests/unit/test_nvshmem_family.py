@@ -7,7 +7,8 @@ import pytest
 
 from commbench.errors import SkipCase
 from commbench.families import get_family
-from commbench.families.base import Case, RankContext
+from commbench.comm.context import RankContext
+from commbench.families.base import Case
 from commbench.families.nvshmem.family import transport_label
 from commbench.families.nvshmem import boot, coll, p2p, paths
 from commbench.suite import group_launches, load_suite

@@ -4,8 +4,9 @@ from __future__ import annotations
 import ctypes
 
 from ... import jit
+from ...comm.process_group import symm_group_name
 from ...errors import SkipCase
-from . import data, peers, torch_group
+from . import data, peers
 from .state import ArState
 
 ALGO_IDS = {"cb_one_shot": 0, "cb_two_shot": 1}
@@ -52,7 +53,7 @@ def setup(case, ctx) -> ArState:
     count = case.size_bytes // data.ELEMENT_BYTES[case.dtype]
     lay = layout(count * data.ELEMENT_BYTES[case.dtype], world.size, lib.cb_allreduce_flag_bytes())
     provider = case.param("peer_memory", "ipc")
-    group = torch_group.group_name(ctx) if provider == "torch_symm" else None
+    group = symm_group_name(ctx) if provider == "torch_symm" else None
     region = peers.open_region(provider, lay["total"], ctx, group)
     padded_bytes = lay["num_vecs"] * VEC_BYTES
     out = torch.empty(padded_bytes, dtype=torch.uint8, device=ctx.device).view(data.torch_dtype(case.dtype))

@@ -7,8 +7,9 @@ other Case runs with multicast switched off in its process.
 """
 from __future__ import annotations
 
+from ...comm.context import RankContext
 from ...errors import SkipCase
-from ..base import Case, Family, Param, RankContext, Traffic, multiple_of
+from ..base import Case, Family, Param, Traffic, multiple_of
 from . import gate
 from .data import ELEMENT_BYTES
 

@@ -1,14 +1,15 @@
 """Peer-visible memory: one allocation per rank, mapped into every rank of the node.
 
 Two providers give the same result (every rank's base pointer, valid in this
-process): raw CUDA IPC handles exchanged over the MPI control plane (needs
-cupy), or torch symmetric memory (needs a torch.distributed group).
+process): raw CUDA IPC handles exchanged over the MPI control plane
+(``commbench.comm.ipc``), or torch symmetric memory (needs a torch.distributed group).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...comm.ipc import PeerWorkspace
 from ...errors import SkipCase
 
 PROVIDERS = ("ipc", "torch_symm")
@@ -38,42 +39,9 @@ def open_region(provider: str, nbytes: int, ctx, group_name: str | None = None) 
     raise SkipCase(f"unknown peer memory provider {provider!r} (use one of {', '.join(PROVIDERS)})")
 
 
-def _ordinal(ctx) -> int:
-    return int(str(ctx.device).split(":")[1]) if ":" in str(ctx.device) else 0
-
-
 def _open_ipc(nbytes: int, ctx) -> PeerRegion:
-    try:
-        import cupy
-    except ImportError as exc:
-        raise SkipCase(f"CUDA IPC peer memory needs cupy ({exc})") from exc
-    rt = cupy.cuda.runtime
-    world = ctx.world
-    with cupy.cuda.Device(_ordinal(ctx)):
-        own = rt.malloc(nbytes)
-        rt.memset(own, 0, nbytes)
-        rt.deviceSynchronize()
-        handle = bytes(rt.ipcGetMemHandle(own))
-    handles = world.comm.allgather(handle)
-    ptrs: list[int] = []
-    region = PeerRegion(ptrs, nbytes)
-
-    def free_own() -> None:
-        with cupy.cuda.Device(_ordinal(ctx)):
-            rt.free(own)
-
-    region._close.append(free_own)
-    with cupy.cuda.Device(_ordinal(ctx)):
-        for r, h in enumerate(handles):
-            if r == world.rank:
-                ptrs.append(own)
-                continue
-            peer = rt.ipcOpenMemHandle(h)  # lazy peer access enabled by default
-            ptrs.append(peer)
-            region._close.append(lambda p=peer: rt.ipcCloseMemHandle(p))
-    # Nobody may free its memory while a peer still maps it: close behind a barrier.
-    region._close.append(world.comm.Barrier)
-    return region
+    ws = PeerWorkspace(nbytes, ctx.world.comm, ctx.world.rank)
+    return PeerRegion(ws.peers, nbytes, [ws.close])
 
 
 def _open_symm(nbytes: int, ctx, group_name: str) -> PeerRegion:

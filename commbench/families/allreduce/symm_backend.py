@@ -5,8 +5,9 @@ The family calls this only after the multicast gate has passed for
 """
 from __future__ import annotations
 
+from ...comm.process_group import symm_group_name
 from ...errors import SkipCase
-from . import data, torch_group
+from . import data
 from .state import ArState
 
 
@@ -17,7 +18,7 @@ def setup(case, ctx) -> ArState:
     world = ctx.world
     if world.num_nodes > 1:
         raise SkipCase(f"{case.backend} needs all ranks on one node (peer loads over NVLink)")
-    group = torch_group.group_name(ctx)
+    group = symm_group_name(ctx)
     count = case.size_bytes // data.ELEMENT_BYTES[case.dtype]
     dtype = data.torch_dtype(case.dtype)
     inp = symm_mem.empty(count, dtype=dtype, device=ctx.device)

@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import dtypes, metrics
+from ...comm.context import RankContext
+from ...comm.ops import OPS, no_in_place_reason
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ..base import Case, Family, Param, RankContext, Traffic
-from .ops import OPS, no_in_place_reason
+from ..base import Case, Family, Param, Traffic
 
 # Several times the L2 of current GPUs (H100/H200 50 MB, B200 126 MB), so a rotated send + receive
 # working set never fits in it
@@ -59,7 +60,7 @@ class Collectives(Family):
         return None
 
     def setup(self, case: Case, ctx: RankContext) -> CollectiveState:
-        from . import buffers
+        from ...comm import buffers
 
         world = ctx.world
         n, rank = world.size, world.rank
@@ -106,15 +107,16 @@ class Collectives(Family):
             if native_loop:
                 native = nccl.native
         elif case.backend == "mpi":
-            from . import mpi_ops
+            from ...comm import mpi_data
 
             if in_place and case.op == "reduce_scatter":
                 bufs.result = bufs.send[:count]
-            runner = mpi_ops.make_runner(case.op, bufs, mpi_ops.data_comm(ctx), n, rank, in_place, rop)
+            runner = mpi_data.make_runner(case.op, bufs, mpi_data.data_comm(ctx), n, rank, in_place, rop)
         else:
-            from . import torch_ops
+            from ...comm import torch_ops
+            from ...comm.process_group import process_group
 
-            torch_ops.process_group(ctx)
+            process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
         if native_loop:
@@ -130,7 +132,7 @@ class Collectives(Family):
         state.runner()
 
     def check(self, state: CollectiveState) -> int:
-        from . import buffers
+        from ...comm import buffers
 
         buffers.refill(state.op, state.bufs, state.rank, state.in_place)
         if state.stream is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ... import nccl_lib
 from ...errors import SkipCase
-from ..base import RankContext
+from ...comm.context import RankContext
 
 _KEY = "nccl_comm"
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from ... import nccl_lib
 from ...errors import CommbenchError
 from ...measure.native_loop import NativeOp
-from .ops import OPS, ROOT
+from ...comm.ops import OPS, ROOT
 
 _P2P_ENTRY_POINTS = ("ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd")
 

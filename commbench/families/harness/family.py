@@ -14,8 +14,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..base import Case, Family, Param, RankContext, Traffic
+from ...comm.context import RankContext
 from ...measure.state import CaseState
+from ..base import Case, Family, Param, Traffic
 
 VICTIM_OPS = ("hang", "crash", "fail")   # the ops one rank (victim_rank) misbehaves in
 

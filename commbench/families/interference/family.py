@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import metrics
+from ...comm.context import RankContext
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ..base import Case, Family, Param, RankContext, Traffic
+from ..base import Case, Family, Param, Traffic
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
 GEMM_DIM_MAX = 65536   # a 65536 x 65536 float32 operand is 16 GiB: three of them fill a large GPU
@@ -56,7 +57,7 @@ class Interference(Family):
         return out
 
     def setup(self, case: Case, ctx: RankContext) -> InterferenceState:
-        from ..collectives import buffers
+        from ...comm import buffers
         from . import gemm, overlap
 
         world = ctx.world
@@ -84,9 +85,10 @@ class Interference(Family):
             torch.cuda.synchronize()
             pair = overlap.GpuPair(lambda: gemm.run(a, b, c), comm)
         else:
-            from ..collectives import torch_ops
+            from ...comm import torch_ops
+            from ...comm.process_group import process_group
 
-            torch_ops.process_group(ctx)
+            process_group(ctx)
             bufs = buffers.allocate(case.op, count, n, rank, case.dtype, "cpu", False)
             comm = torch_ops.make_runner(case.op, bufs, n, rank, False, "sum")
             a, b, c = gemm.make(m, nn, k, case.dtype, "cpu")
@@ -131,7 +133,7 @@ class Interference(Family):
 
     def check(self, state: InterferenceState) -> int:
         """The collective's result and the GEMM's product, each after one more run of both together."""
-        from ..collectives import buffers
+        from ...comm import buffers
         from . import gemm
 
         buffers.refill(state.case.op, state.bufs, state.world.rank, False)

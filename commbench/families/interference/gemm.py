@@ -8,7 +8,7 @@ their rounding, including split-K partial sums kept in the input type (torch's d
 """
 from __future__ import annotations
 
-from ..collectives.buffers import torch_dtype
+from ...comm.buffers import torch_dtype
 
 CHECK_ROWS = 16
 REL_TOL = {"float32": 0.0, "bfloat16": 2e-2, "float16": 4e-3}

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from ... import jit
-from .ipc import MoeCudaError, check_cuda
+from ...comm.ipc import check_cuda
+from .workspace import MoeCudaError
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int

@@ -12,9 +12,11 @@ commbench/families/moe/layer.py); model presets and phases set its shape and tok
 """
 from __future__ import annotations
 
+from ...comm.agree import all_true
+from ...comm.context import RankContext
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
-from ..base import Case, Family, Param, RankContext, Traffic, multiple_of
+from ..base import Case, Family, Param, Traffic, multiple_of
 from . import layer_plan
 from .layer_plan import GEMMS, OVERLAPS
 from .presets import MODEL_CHOICES, PHASES
@@ -214,7 +216,7 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
     handle = boot.ensure(ctx)   # SkipCase with NVSHMEM's reason when it cannot come up
     state = PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"],
                       transport="nvshmem", handle=handle)
-    all_p2p = all(ctx.world.allgather(state.ws.all_p2p))
+    all_p2p = all_true(ctx.world, state.ws.all_p2p)
     state.extra.update(transport=transport_label(dict(os.environ), all_p2p),
                        nvshmem_version=boot.metadata()["nvshmem"], nvshmem_mode=handle.status_name)
     if prm["timed_loop"] == "native":
@@ -234,7 +236,7 @@ def _nccl_group(ctx: RankContext, backend: str):
     clash = nccl_identity_clash(ctx.world, ctx.device)
     if clash:
         raise SkipCase(clash)
-    from ..collectives.torch_ops import process_group
+    from ...comm.process_group import process_group
 
     return process_group(ctx)
 

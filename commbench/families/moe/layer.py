@@ -21,6 +21,7 @@ import statistics
 
 import torch
 
+from ...comm.agree import agree
 from ...errors import SkipCase
 from ...measure import timing
 from ...measure.state import CaseState
@@ -28,9 +29,9 @@ from . import layer_ref
 from . import reference as ref
 from .experts import LocalExperts
 from .expert_pack import ExpertStep
-from .ipc import MoeCudaError, agree
 from .problem import Problem, make_problem
 from .routing import Routing
+from .workspace import MoeCudaError
 
 def micro_batches(tokens: int, overlap: str) -> list[tuple[int, int]]:
     """(first token, tokens) of each micro-batch."""

@@ -13,11 +13,13 @@ import ctypes
 
 import torch
 
-from ...measure.state import CaseState
 from ... import jit
+from ...comm.agree import agree
+from ...comm.ipc import PeerWorkspace, check_cuda
+from ...measure.state import CaseState
 from . import reference as ref
-from .ipc import PeerWorkspace, agree, check_cuda, offsets_array, workspace_layout
 from .problem import Problem
+from .workspace import offsets_array, workspace_layout
 
 
 def _vp(t: torch.Tensor) -> ctypes.c_void_p:

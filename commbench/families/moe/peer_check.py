@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from . import reference as ref
-from .ipc import MoeCudaError
+from .workspace import MoeCudaError
 from .peer import PeerState
 
 # |out - ref| allowed per element after BF16 rounding of an fp32 sum (2^-7 relative).

@@ -7,9 +7,8 @@ count signals carry epochs that restart at 1 with every Case.
 """
 from __future__ import annotations
 
-import ctypes
-
-from .ipc import check_cuda, copy_async, ipc_lib, same_size_everywhere
+from ...comm.agree import same_everywhere
+from ...comm.ipc import copy_async, zero
 
 BUFFER_NAME = "moe_ll_workspace"
 KERNELS = "moe_ll_nvshmem"
@@ -17,15 +16,14 @@ ATTACH_SYMBOL = "moe_shmem_attach"
 
 
 class SymmetricWorkspace:
-    """Same interface as ipc.PeerWorkspace: ``peers[r]`` is the address to use for rank r."""
+    """Same interface as comm.ipc.PeerWorkspace: ``peers[r]`` is the address to use for rank r."""
 
     def __init__(self, handle, nbytes: int, comm, rank: int, ranks: int,
                  name: str = BUFFER_NAME):
         self.comm = comm
-        same_size_everywhere(comm, nbytes)
+        same_everywhere(comm, nbytes, "the workspace size")
         self.base = handle.buffer(name, nbytes)   # collective; one buffer per name
-        check_cuda(ipc_lib().moe_zero(ctypes.c_void_p(self.base), ctypes.c_size_t(nbytes)),
-                   f"cudaMemset({nbytes} bytes)")
+        zero(self.base, nbytes)
         comm.Barrier()
         self.peers = [self.base] * ranks   # symmetric: one address names every PE's copy
         self.all_p2p = all(handle.is_p2p(self.base, pe) for pe in range(ranks) if pe != rank)

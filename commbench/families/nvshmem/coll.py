@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ... import dtypes, metrics
 from ...measure.state import CaseState
-from ..collectives import pattern
+from ...comm import pattern
 from ...errors import SkipCase
 from . import buffers
 

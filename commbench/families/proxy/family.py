@@ -9,8 +9,9 @@ message in chunks). See docs/families/proxy.md.
 """
 from __future__ import annotations
 
+from ...comm.context import RankContext
 from ...errors import SkipCase
-from ..base import Case, Family, Param, RankContext, Traffic, multiple_of, power_of_two
+from ..base import Case, Family, Param, Traffic, multiple_of, power_of_two
 from .native import MAX_CMD_BYTES, MAX_PRODUCERS, MAX_RING_SLOTS
 
 MAX_CMDS_PER_PRODUCER = 1 << 20   # per iteration; far inside the kernel's uint32 per-producer counts

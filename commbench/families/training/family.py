@@ -13,10 +13,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from ...comm.context import RankContext
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
-from ..base import Case, Family, RankContext, Traffic
+from ..base import Case, Family, Traffic
 from .params import PARAMS
 from .shapes import Shape, problems, resolve
 

@@ -5,7 +5,7 @@ group, in the same order, as torch.distributed requires) and cached.
 """
 from __future__ import annotations
 
-from ..collectives.torch_ops import process_group
+from ...comm.process_group import process_group
 
 
 def world_group(ctx):

@@ -5,7 +5,7 @@ barriers never interleave with measured traffic.
 """
 from __future__ import annotations
 
-from ..base import RankContext
+from .context import RankContext
 from .ops import ROOT
 
 

@@ -7,7 +7,7 @@ Works on numpy arrays and torch tensors alike (``xp`` is the array module).
 """
 from __future__ import annotations
 
-from ...dtypes import DTYPES
+from ..dtypes import DTYPES
 
 
 def values(rank, index):

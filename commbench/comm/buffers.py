@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...dtypes import torch_dtype
+from ..dtypes import torch_dtype
 from . import pattern
 from .ops import OPS
 

@@ -1,56 +1,12 @@
 """Collectives through torch.distributed: NCCL (CUDA tensors) and gloo (CPU tensors).
 
-One process group per launch, created on first use with backend
-"cpu:gloo,cuda:nccl" where CUDA exists, so tensors choose their backend.
-torch has no out-of-place broadcast/reduce: those are a local copy on the
+They run on the launch's process group (``process_group.process_group``), which the caller
+creates first. torch has no out-of-place broadcast/reduce: those are a local copy on the
 rank that holds the data plus the in-place op (docs/families/collectives.md).
 """
 from __future__ import annotations
 
-import socket
-
-from ..base import RankContext
 from .ops import ROOT
-
-
-def tcp_store(world):
-    """A torch TCPStore served by rank 0 on a port the OS picks (no port race), address sent over MPI."""
-    from torch.distributed import TCPStore
-
-    if world.rank == 0:
-        # one node: loopback needs no name resolution; several: rank 0's host name
-        host = "127.0.0.1" if world.num_nodes == 1 else socket.gethostname()
-        store = TCPStore(host, 0, world.size, is_master=True, wait_for_workers=False)
-        addr = (host, store.port)
-    else:
-        store, addr = None, None
-    addr = world.bcast(addr)
-    if store is None:
-        store = TCPStore(addr[0], addr[1], world.size, is_master=False)
-    return store
-
-
-def process_group(ctx: RankContext):
-    """The launch's default process group (created once, destroyed at launch end)."""
-    import torch
-    import torch.distributed as dist
-
-    if "torch_pg" in ctx.cache:
-        return ctx.cache["torch_pg"]
-    if dist.is_initialized():  # another family of this launch made the default group: share it
-        ctx.cache["torch_pg"] = dist.group.WORLD
-        return ctx.cache["torch_pg"]
-    world = ctx.world
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    kwargs = {}
-    if ctx.device.startswith("cuda") and world.local_size <= torch.cuda.device_count():
-        # eager NCCL set-up; skipped when ranks share a GPU (NCCL refuses that, gloo still works)
-        kwargs["device_id"] = torch.device(ctx.device)
-    dist.init_process_group(backend=backend, store=tcp_store(world), rank=world.rank,
-                            world_size=world.size, **kwargs)
-    ctx.cache["torch_pg"] = dist.group.WORLD
-    ctx.on_close(dist.destroy_process_group)
-    return ctx.cache["torch_pg"]
 
 
 def reduce_op(name: str):
