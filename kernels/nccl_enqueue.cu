@@ -17,7 +17,7 @@ typedef int (*nccl_reduce_t)(const void*, void*, size_t, int, int, int, void*, c
 
 extern "C" {
 
-// Field order and types are mirrored by commbench/families/collectives/nccl_native.py (ctypes).
+// Field order and types are mirrored by commbench/comm/nccl_enqueue.py (ctypes).
 struct cb_nccl_p2p {
   nccl_send_t send;
   nccl_recv_t recv;
@@ -102,7 +102,7 @@ struct OpRow {
   enqueue_t enqueue;
 };
 
-// One row per op of ops.OPS (nccl_native checks the two tables name for name when it loads).
+// One row per op of ops.OPS (comm.nccl_enqueue checks the two tables name for name when it loads).
 const OpRow OPS_TABLE[] = {
     {"all_reduce", reducing},
     {"all_gather", plain},
@@ -120,7 +120,7 @@ const int kOps = sizeof(OPS_TABLE) / sizeof(OPS_TABLE[0]);
 
 extern "C" {
 
-// sizeof(cb_nccl_op), which nccl_native compares with its ctypes mirror when it loads.
+// sizeof(cb_nccl_op), which comm.nccl_enqueue compares with its ctypes mirror when it loads.
 size_t cb_nccl_op_bytes() { return sizeof(cb_nccl_op); }
 
 // The name of op `kind` (its row in the table), NULL past the last one.

@@ -2,7 +2,7 @@
 how a backend calls it. metrics (count, algbw, busbw), buffers (layout, in-place aliasing,
 expected result), the family (in-place form, reduction, extra columns), the nccl-tests importer
 and the NVSHMEM collectives read this table; each backend has one line per op (the op table of
-kernels/nccl_enqueue.cu, which the collectives family's nccl_native checks against this one when
+kernels/nccl_enqueue.cu, which comm.nccl_enqueue checks against this one when
 it loads; mpi_data and torch_ops here).
 
 Adding an op: an entry here, then its line in each backend.

@@ -6,7 +6,7 @@ import pytest
 from commbench.comm.ops import OPS, ROOT
 
 torch = pytest.importorskip("torch")
-from commbench.families.collectives import buffers  # noqa: E402  (needs torch)
+from commbench.comm import buffers  # noqa: E402  (needs torch)
 
 N, COUNT = 3, 40
 

@@ -103,7 +103,6 @@ def test_no_import_cycle():
 # Empty this as the branches that remove them merge: an entry whose pair no longer imports both ways
 # fails test_allowed_package_pairs_are_still_needed. Any pair not named here fails the check.
 TO_BE_REMOVED: dict[frozenset, str] = {
-    frozenset({"metrics", "families"}): "metrics reads the op table in families/collectives (moves to comm/)",
     frozenset({"analysis", "profile"}): "profile's timeline draws with analysis.report; accept reads profile.skew",
     frozenset({"analysis", "launch"}): "launch/finish.py builds the report; analysis/commands.py starts runs",
     # Not yet assigned: measure/runner.py looks families up by name and takes Case from

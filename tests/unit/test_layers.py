@@ -15,9 +15,6 @@ EXCEPTIONS = (
     ("moe", "commbench.families.nvshmem",
      "moe_ll over NVSHMEM starts NVSHMEM through the nvshmem family's boot and labels its "
      "transport with it, until NVSHMEM start-up moves to comm/nvshmem.py"),
-    ("interference", "commbench.families.collectives.nccl_direct",
-     "the NCCL communicator and the per-op NCCL runner live in collectives' nccl_direct.py, "
-     "until the NCCL communicator and its op runner move to comm"),
 )
 
 

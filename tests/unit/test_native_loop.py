@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from commbench.families.collectives import nccl_native
+from commbench.comm import nccl_enqueue
 from commbench.families.collectives.family import FAMILY
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not __import__("pathlib").Path(
@@ -23,10 +23,10 @@ def test_sources_compile_for_sm90(name):
 
 def test_op_struct_layout_matches_the_c_struct():
     # struct cb_nccl_op: 2 pointers, int, 2 pointers, 2 size_t, 5 ints, pointer, 3 size_t (x86-64: 112 bytes)
-    assert ctypes.sizeof(nccl_native._Op) == 112
-    assert nccl_native._Op.kind.offset == 16 and nccl_native._Op.comm.offset == 80
-    assert nccl_native._Op.shift_bytes.offset == 88 and nccl_native._Op.calls.offset == 104
-    assert ctypes.sizeof(nccl_native._P2p) == 4 * ctypes.sizeof(ctypes.c_void_p)
+    assert ctypes.sizeof(nccl_enqueue._Op) == 112
+    assert nccl_enqueue._Op.kind.offset == 16 and nccl_enqueue._Op.comm.offset == 80
+    assert nccl_enqueue._Op.shift_bytes.offset == 88 and nccl_enqueue._Op.calls.offset == 104
+    assert ctypes.sizeof(nccl_enqueue._P2p) == 4 * ctypes.sizeof(ctypes.c_void_p)
 
 
 @needs_nvcc
@@ -36,7 +36,7 @@ def test_op_struct_size_is_the_c_size(tmp_path, monkeypatch):
     monkeypatch.setenv("COMMBENCH_JIT_CACHE", str(tmp_path))
     lib = ctypes.CDLL(str(jit.build("nccl_enqueue", arch="sm_90")))
     lib.cb_nccl_op_bytes.restype = ctypes.c_size_t
-    assert lib.cb_nccl_op_bytes() == ctypes.sizeof(nccl_native._Op)
+    assert lib.cb_nccl_op_bytes() == ctypes.sizeof(nccl_enqueue._Op)
 
 
 def test_nccl_backend_defaults_to_the_native_loop():
@@ -82,9 +82,9 @@ def test_enqueue_rotates_buffers_as_nccl_tests(tmp_path, monkeypatch):
         seen.append((send, recv, count))
         return 0
 
-    kind = nccl_native.native_op_names(lib).index("all_reduce")
+    kind = nccl_enqueue.native_op_names(lib).index("all_reduce")
     send, recv, shift = 1 << 20, 1 << 30, 4096
-    spec = nccl_native._Op(ctypes.pointer(nccl_native._P2p()), ctypes.cast(fake_all_reduce, ctypes.c_void_p).value,
+    spec = nccl_enqueue._Op(ctypes.pointer(nccl_enqueue._P2p()), ctypes.cast(fake_all_reduce, ctypes.c_void_p).value,
                            kind, send, recv, 1024, 4, 7, 0, 0, 0, 1, None, shift, 3, 0)
     for _ in range(7):
         assert lib.cb_nccl_enqueue(ctypes.addressof(spec), None) == 0

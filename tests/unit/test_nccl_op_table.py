@@ -6,7 +6,7 @@ import ctypes
 import pytest
 
 from commbench import nccl_lib
-from commbench.families.collectives import nccl_native
+from commbench.comm import nccl_enqueue
 from commbench.comm.ops import OPS, ROOT
 from tests.conftest import needs_nvcc
 
@@ -43,17 +43,17 @@ def test_every_op_has_its_expected_nccl_shape_here():
 
 @needs_nvcc
 def test_cpp_table_lists_exactly_the_ops_of_ops_py(lib):
-    names = nccl_native.native_op_names(lib)
-    assert nccl_native.table_mismatch(names) is None, nccl_native.table_mismatch(names)
+    names = nccl_enqueue.native_op_names(lib)
+    assert nccl_enqueue.table_mismatch(names) is None, nccl_enqueue.table_mismatch(names)
     assert sorted(names) == sorted(OPS)
 
 
 def test_a_row_on_one_side_only_is_named():
-    py_only = nccl_native.table_mismatch([op for op in OPS if op != "scatter"])
+    py_only = nccl_enqueue.table_mismatch([op for op in OPS if op != "scatter"])
     assert py_only == "in ops.OPS but not in kernels/nccl_enqueue.cu: scatter"
-    c_only = nccl_native.table_mismatch([*OPS, "gatherv"])
+    c_only = nccl_enqueue.table_mismatch([*OPS, "gatherv"])
     assert c_only == "in kernels/nccl_enqueue.cu but not in ops.OPS: gatherv"
-    assert "twice in kernels/nccl_enqueue.cu: gather" in nccl_native.table_mismatch([*OPS, "gather"])
+    assert "twice in kernels/nccl_enqueue.cu: gather" in nccl_enqueue.table_mismatch([*OPS, "gather"])
 
 
 @needs_nvcc
@@ -62,12 +62,12 @@ def test_loading_with_a_python_only_row_fails_loudly(lib, monkeypatch):
 
     monkeypatch.setattr(jit, "load", lambda name: lib)
     monkeypatch.setitem(OPS, "gatherv", OPS["gather"])
-    nccl_native._library.cache_clear()
+    nccl_enqueue._library.cache_clear()
     try:
-        with pytest.raises(nccl_native.OpTableMismatch, match="in ops.OPS but not in kernels/nccl_enqueue.cu: gatherv"):
-            nccl_native._library()
+        with pytest.raises(nccl_enqueue.OpTableMismatch, match="in ops.OPS but not in kernels/nccl_enqueue.cu: gatherv"):
+            nccl_enqueue._library()
     finally:
-        nccl_native._library.cache_clear()
+        nccl_enqueue._library.cache_clear()
 
 
 class _Recorder:
@@ -81,7 +81,7 @@ class _Recorder:
         self.start = ctypes.CFUNCTYPE(i)(lambda: self._log("group_start", ()))
         self.end = ctypes.CFUNCTYPE(i)(lambda: self._log("group_end", ()))
         addr = lambda f: ctypes.cast(f, vp).value  # noqa: E731
-        self.p2p = nccl_native._P2p(addr(self.send), addr(self.recv), addr(self.start), addr(self.end))
+        self.p2p = nccl_enqueue._P2p(addr(self.send), addr(self.recv), addr(self.start), addr(self.end))
 
     def _log(self, name, args):
         self.calls.append((name, tuple(args)))
@@ -92,8 +92,8 @@ class _Recorder:
 
 
 def _spec(lib, rec, op, call, rank=1, nranks=3):
-    kind = nccl_native.native_op_names(lib).index(op)
-    return nccl_native._Op(ctypes.pointer(rec.p2p), call, kind, SEND, RECV, COUNT, ELEM, DTYPE, REDOP, ROOT, rank,
+    kind = nccl_enqueue.native_op_names(lib).index(op)
+    return nccl_enqueue._Op(ctypes.pointer(rec.p2p), call, kind, SEND, RECV, COUNT, ELEM, DTYPE, REDOP, ROOT, rank,
                            nranks, COMM, 0, 1, 0)
 
 
@@ -143,16 +143,16 @@ def test_gather_and_scatter_are_skipped_before_nccl_2_28(monkeypatch):
     classic = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast", "ncclReduce"}
     _fake_nccl(monkeypatch, 22703, classic)
     for op, call in (("gather", "ncclGather"), ("scatter", "ncclScatter")):
-        assert nccl_native.unavailable(op) == f"{op} needs {call} (NCCL >= 2.28.0); this libnccl is 2.27.3"
+        assert nccl_enqueue.unavailable(op) == f"{op} needs {call} (NCCL >= 2.28.0); this libnccl is 2.27.3"
     for op in ("all_reduce", "alltoall", "sendrecv", "broadcast"):
-        assert nccl_native.unavailable(op) is None
-    assert nccl_native.call_name("alltoall") == "grouped ncclSend/ncclRecv"
-    assert nccl_native.entry_point("all_reduce") == 0x1000
+        assert nccl_enqueue.unavailable(op) is None
+    assert nccl_enqueue.call_name("alltoall") == "grouped ncclSend/ncclRecv"
+    assert nccl_enqueue.entry_point("all_reduce") == 0x1000
 
 
 def test_nccl_2_28_runs_gather_scatter_and_one_call_alltoall(monkeypatch):
     _fake_nccl(monkeypatch, 22809, {"ncclGather", "ncclScatter", "ncclAlltoAll"})
-    assert nccl_native.unavailable("gather") is None and nccl_native.unavailable("scatter") is None
-    assert nccl_native.call_name("alltoall") == "ncclAlltoAll"
+    assert nccl_enqueue.unavailable("gather") is None and nccl_enqueue.unavailable("scatter") is None
+    assert nccl_enqueue.call_name("alltoall") == "ncclAlltoAll"
     _fake_nccl(monkeypatch, 22809, set())   # a 2.28 build without the symbol: still skipped
-    assert "needs ncclGather" in nccl_native.unavailable("gather")
+    assert "needs ncclGather" in nccl_enqueue.unavailable("gather")

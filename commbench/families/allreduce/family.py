@@ -2,7 +2,7 @@
 buffers, torch symmetric memory, and commbench's own one-shot/two-shot kernels.
 
 Multicast Cases (torch_multimem, NCCL_ALGO naming NVLS/NVLSTree) pass the gate
-of DESIGN section 7 or are skipped with commbench.launch.safety's exact reason; every
+of the multicast rules (docs/design.md) or are skipped with commbench.safety's exact reason; every
 other Case runs with multicast switched off in its process.
 """
 from __future__ import annotations

@@ -27,7 +27,7 @@ class CollectiveState(CaseState):
     runner: object
     rank: int
     n: int
-    nccl: object = None   # nccl backend: the nccl_native.NcclCall that runner, the timed loop and check use
+    nccl: object = None   # nccl backend: the comm.nccl_enqueue.NcclCall that runner, the timed loop and check use
 
 
 class Collectives(Family):
@@ -81,10 +81,10 @@ class Collectives(Family):
             if clash:
                 raise SkipCase(clash)
             if case.backend == "nccl":
-                from . import nccl_direct, nccl_native
+                from ...comm import nccl as nccl_comm, nccl_enqueue
 
-                nccl_direct.communicator(ctx)   # loads libnccl (or skips the Case without one)
-                missing = nccl_native.unavailable(case.op)   # an op newer than this NCCL
+                nccl_comm.communicator(ctx)   # loads libnccl (or skips the Case without one)
+                missing = nccl_enqueue.unavailable(case.op)   # an op newer than this NCCL
                 if missing:
                     raise SkipCase(missing)
             device = ctx.device
@@ -102,10 +102,12 @@ class Collectives(Family):
             torch.cuda.synchronize()  # inputs were written on the current stream; ops run on `stream`
         if case.backend == "nccl":
             # one native entry (kernels/nccl_enqueue.cu) for the timed loop, the Python loop and the check
-            nccl = nccl_native.NcclCall(case.op, bufs, nccl_direct.communicator(ctx), n, rank, case.dtype, rop)
+            nccl = nccl_enqueue.NcclCall(case.op, bufs, nccl_comm.communicator(ctx), n, rank, case.dtype, rop)
             runner = nccl.enqueue
             if native_loop:
-                native = nccl.native
+                from ...measure.native_loop import NativeOp
+
+                native = NativeOp(fn=nccl.native_fn, arg=nccl.arg, describe=nccl.describe, keep=nccl.native_keep)
         elif case.backend == "mpi":
             from ...comm import mpi_data
 

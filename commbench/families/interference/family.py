@@ -75,12 +75,12 @@ class Interference(Family):
             clash = nccl_identity_clash(world, ctx.device)   # ranks sharing a GPU: own NCCL_HOSTID each
             if clash:
                 raise SkipCase(clash)
-            from ..collectives import nccl_direct, nccl_native
+            from ...comm import nccl as nccl_comm, nccl_enqueue
 
             device = ctx.device
             bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, False)
-            comm = nccl_native.NcclCall(case.op, bufs, nccl_direct.communicator(ctx), n, rank, case.dtype,
-                                        "sum").enqueue
+            comm = nccl_enqueue.NcclCall(case.op, bufs, nccl_comm.communicator(ctx), n, rank, case.dtype,
+                                         "sum").enqueue
             a, b, c = gemm.make(m, nn, k, case.dtype, device)
             torch.cuda.synchronize()
             pair = overlap.GpuPair(lambda: gemm.run(a, b, c), comm)

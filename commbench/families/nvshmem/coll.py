@@ -2,7 +2,7 @@
 
 Sizes follow docs/metrics.md: all_reduce/broadcast whole buffer, all_gather and
 reduce_scatter the whole (output / input) buffer, alltoall the per-rank send
-buffer. Data comes from commbench.families.collectives.pattern, so NVSHMEM and NCCL rows
+buffer. Data comes from commbench.comm.pattern, so NVSHMEM and NCCL rows
 are checked against the same values.
 """
 from __future__ import annotations

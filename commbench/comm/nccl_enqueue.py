@@ -12,10 +12,9 @@ from __future__ import annotations
 import ctypes
 from functools import lru_cache
 
-from ... import nccl_lib
-from ...errors import CommbenchError
-from ...measure.native_loop import NativeOp
-from ...comm.ops import OPS, ROOT
+from .. import nccl_lib
+from ..errors import CommbenchError
+from .ops import OPS, ROOT
 
 _P2P_ENTRY_POINTS = ("ncclSend", "ncclRecv", "ncclGroupStart", "ncclGroupEnd")
 
@@ -65,7 +64,7 @@ def table_mismatch(native_names: list[str]) -> str | None:
 @lru_cache(maxsize=None)
 def _library() -> tuple[ctypes.CDLL, dict[str, int]]:
     """The compiled kernels/nccl_enqueue.cu and its kind per op name, checked against ops.OPS."""
-    from ... import jit
+    from .. import jit
 
     lib = jit.load("nccl_enqueue")
     names = native_op_names(lib)
@@ -75,7 +74,7 @@ def _library() -> tuple[ctypes.CDLL, dict[str, int]]:
     lib.cb_nccl_op_bytes.restype = ctypes.c_size_t
     if lib.cb_nccl_op_bytes() != ctypes.sizeof(_Op):
         raise OpTableMismatch(f"struct cb_nccl_op is {lib.cb_nccl_op_bytes()} bytes in kernels/nccl_enqueue.cu "
-                              f"but {ctypes.sizeof(_Op)} in nccl_native._Op: update the mirror")
+                              f"but {ctypes.sizeof(_Op)} in comm.nccl_enqueue._Op: update the mirror")
     lib.cb_nccl_enqueue.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.cb_nccl_enqueue.restype = ctypes.c_int
     return lib, {name: kind for kind, name in enumerate(names)}
@@ -131,7 +130,7 @@ def raw_stream_getter():
 class NcclCall:
     """One op of the `nccl` backend on its buffers, as kernels/nccl_enqueue.cu enqueues it.
 
-    ``native`` is the timed loop's op; :meth:`enqueue` is the same call from Python on the torch
+    ``native_fn``/``arg`` are the timed loop's op (the family wraps them in a NativeOp); :meth:`enqueue` is the same call from Python on the torch
     current stream (so CUDA-graph capture records it); :meth:`check_once` runs it once on the
     buffers' head slice for the correctness check. Consecutive calls rotate through the buffers'
     pool (buffers.Buffers.steps), as nccl-tests."""
@@ -142,22 +141,25 @@ class NcclCall:
         self.spec = _Op(ctypes.pointer(p2p), entry_point(op), kinds[op], bufs.send.data_ptr(),
                         bufs.recv.data_ptr(), bufs.count, bufs.send.element_size(), nccl_lib.NCCL_DTYPES[dtype],
                         nccl_lib.NCCL_OPS[rop], ROOT, rank, n, comm.handle, bufs.shift_bytes, bufs.steps, 0)
-        self._enqueue, self._arg, self._comm = lib.cb_nccl_enqueue, ctypes.addressof(self.spec), comm.handle
+        self._enqueue, self.arg, self._comm = lib.cb_nccl_enqueue, ctypes.addressof(self.spec), comm.handle
         self._stream = raw_stream_getter()
         self.what = call_name(op)
-        self.native = NativeOp(fn=ctypes.cast(lib.cb_nccl_enqueue, ctypes.c_void_p).value, arg=self._arg,
-                               describe=_describe, keep=(self.spec, p2p, bufs))
+        # what the timed loop needs (measure.native_loop.NativeOp's fields): the entry point, its
+        # argument, its error text and what must outlive the op
+        self.native_fn = ctypes.cast(lib.cb_nccl_enqueue, ctypes.c_void_p).value
+        self.native_keep = (self.spec, p2p, bufs)
+        self.describe = _describe
 
     def enqueue(self) -> None:
         """One op on the torch current stream (the per-op Python loop)."""
-        rc = self._enqueue(self._arg, self._stream())
+        rc = self._enqueue(self.arg, self._stream())
         if rc:
             nccl_lib._check(rc, self.what, self._comm)
 
     def check_once(self, stream: int) -> None:
         """One op on the head slice of the buffers (what the check reads), enqueued on ``stream``."""
         self.spec.calls = 0
-        rc = self._enqueue(self._arg, stream)
+        rc = self._enqueue(self.arg, stream)
         if rc:
             nccl_lib._check(rc, self.what, self._comm)
 

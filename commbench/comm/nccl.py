@@ -1,10 +1,10 @@
 """The `nccl` backend's communicator: libnccl called directly (commbench.nccl_lib), one
-communicator over the MPI world per launch. Its ops are enqueued by nccl_native."""
+communicator over the MPI world per launch. Its ops are enqueued by comm.nccl_enqueue."""
 from __future__ import annotations
 
-from ... import nccl_lib
-from ...errors import SkipCase
-from ...comm.context import RankContext
+from .. import nccl_lib
+from ..errors import SkipCase
+from .context import RankContext
 
 _KEY = "nccl_comm"
 
