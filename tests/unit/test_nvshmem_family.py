@@ -9,7 +9,8 @@ from commbench.errors import SkipCase
 from commbench.families import get_family
 from commbench.families.base import Case, RankContext
 from commbench.families.nvshmem.family import transport_label
-from commbench.families.nvshmem import boot, coll, p2p, paths
+from commbench.comm import nvshmem as boot
+from commbench.families.nvshmem import coll, p2p, paths
 from commbench.suite import group_launches, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +24,7 @@ def make_case(op="put", backend="nvshmem", size=4096, dtype="float32", ranks=2, 
 
 
 def test_import_pulls_no_gpu_package():
-    code = ("import sys, commbench.families.nvshmem.family, commbench.families.nvshmem.boot, "
+    code = ("import sys, commbench.families.nvshmem.family, commbench.comm.nvshmem, "
             "commbench.families.nvshmem.p2p, commbench.families.nvshmem.coll; "
             "bad = [k for k in ('cupy', 'torch', 'nvshmem', 'cuda') if k in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")

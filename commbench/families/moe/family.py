@@ -205,7 +205,7 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
         return state
     import os
 
-    from ..nvshmem import boot
+    from ...comm import nvshmem as boot
     from ..nvshmem.family import transport_label
 
     handle = boot.ensure(ctx)   # SkipCase with NVSHMEM's reason when it cannot come up

@@ -85,7 +85,8 @@ class Nvshmem(Family):
         return None
 
     def setup(self, case: Case, ctx: RankContext):
-        from . import boot, coll, p2p
+        from ...comm import nvshmem as boot
+        from . import coll, p2p
 
         # Read by NVSHMEM at init: this family never lets NVSHMEM pick multicast.
         os.environ["NVSHMEM_DISABLE_NVLS"] = "1"

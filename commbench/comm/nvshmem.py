@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata as _md
 
-from ...errors import CommbenchError, SkipCase
-from . import paths
+from ..errors import CommbenchError, SkipCase
+from ..families.nvshmem import paths
 
 CACHE_KEY = "nvshmem"
 STATUS_NAMES = {0: "not_initialized", 1: "bootstrapped", 2: "initialized", 3: "limited_mpg", 4: "full_mpg"}
@@ -154,7 +154,7 @@ class NvshmemHandle:
 
 def load_library(name: str, install: paths.NvshmemInstall | None = None) -> ctypes.CDLL:
     """Build (cached) and load kernels/<name>.cu with NVSHMEM's flags and libraries."""
-    from ... import jit
+    from .. import jit
 
     inst = install or paths.find_install()
     return jit.load(name, flags=paths.compile_flags(inst), libs=paths.link_args(inst))
