@@ -8,9 +8,8 @@ import pytest
 from commbench.errors import SkipCase
 from commbench.families import get_family
 from commbench.families.base import Case, RankContext
-from commbench.families.nvshmem.family import transport_label
 from commbench.comm import nvshmem as boot
-from commbench.families.nvshmem import coll, p2p, paths
+from commbench.families.nvshmem import coll, p2p
 from commbench.suite import group_launches, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +23,7 @@ def make_case(op="put", backend="nvshmem", size=4096, dtype="float32", ranks=2, 
 
 
 def test_import_pulls_no_gpu_package():
-    code = ("import sys, commbench.families.nvshmem.family, commbench.comm.nvshmem, "
+    code = ("import sys, commbench.families.nvshmem.family, "
             "commbench.families.nvshmem.p2p, commbench.families.nvshmem.coll; "
             "bad = [k for k in ('cupy', 'torch', 'nvshmem', 'cuda') if k in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
@@ -104,45 +103,6 @@ def test_collective_buffer_counts():
     assert coll.buffer_counts("all_reduce", 10, 4) == (10, 10, 10)
 
 
-def test_transport_label():
-    assert transport_label({}, True) == "p2p"
-    assert transport_label({}, False) == "ibrc"
-    assert transport_label({"NVSHMEM_IB_ENABLE_IBGDA": "1"}, False) == "ibgda"
-    assert transport_label({"NVSHMEM_REMOTE_TRANSPORT": "UCX"}, False) == "ucx"
-
-
-def test_reason_from_keeps_nvshmem_message():
-    text = "WARN: transport ibrc: no active IB device found\nnvshmem init failed\n"
-    reason = boot._reason_from(text, 7)
-    assert "status 7" in reason and "no active IB device" in reason
-
-
-def test_setup_without_gpu_skips():
-    ctx = RankContext(world=None, device="cpu")
-    with pytest.raises(SkipCase, match="CUDA GPU"):
-        boot.ensure(ctx)
-
-
-def test_failed_init_is_remembered():
-    ctx = RankContext(world=None, device="cuda:0")
-    ctx.cache[boot.CACHE_KEY] = SkipCase("NVSHMEM could not initialise (status 7): no HCA")
-    with pytest.raises(SkipCase, match="no HCA"):
-        boot.ensure(ctx)
-
-
-def test_captured_output_collects_c_prints():
-    import ctypes
-
-    with boot.captured_output() as text:
-        ctypes.CDLL(None).printf(b"hello from C\n")
-    assert "hello from C" in text[0]
-
-
-def test_metadata_without_gpu():
-    meta = boot.metadata()
-    assert set(meta) == {"nvshmem", "nvshmem_home", "nvshmem4py"}
-
-
 @pytest.mark.parametrize("name", ["nvshmem.yaml", "nvshmem-ibrc-vs-ibgda.yaml"])
 def test_suites_validate_and_expand(name):
     suite = load_suite(ROOT / "suites" / name, gpu_count=2)
@@ -157,8 +117,8 @@ def test_suites_validate_and_expand(name):
 
 def _install_or_skip():
     try:
-        return paths.find_install()
-    except paths.NvshmemNotFound as exc:
+        return boot.find_install()
+    except boot.NvshmemNotFound as exc:
         pytest.skip(f"NVSHMEM headers not installed (pip install nvidia-nvshmem-cu13): {exc}")
 
 
@@ -172,7 +132,7 @@ def test_kernels_build_and_link_for_sm90(name, tmp_path, monkeypatch):
         pytest.skip(str(exc))
     inst = _install_or_skip()
     monkeypatch.setenv("COMMBENCH_JIT_CACHE", str(tmp_path))
-    lib = jit.build(name, flags=paths.compile_flags(inst), libs=paths.link_args(inst), arch="sm_90")
+    lib = jit.build(name, flags=boot.compile_flags(inst), libs=boot.link_args(inst), arch="sm_90")
     syms = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
     prefix = {"nvshmem_boot": "cb_boot_init", "nvshmem_ops": "cb_ops_attach", "nvshmem_coll": "cb_coll_host"}
     assert prefix[name] in syms

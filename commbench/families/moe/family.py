@@ -206,13 +206,12 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
     import os
 
     from ...comm import nvshmem as boot
-    from ..nvshmem.family import transport_label
 
     handle = boot.ensure(ctx)   # SkipCase with NVSHMEM's reason when it cannot come up
     state = PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"],
                       transport="nvshmem", handle=handle)
     all_p2p = all(ctx.world.allgather(state.ws.all_p2p))
-    state.extra.update(transport=transport_label(dict(os.environ), all_p2p),
+    state.extra.update(transport=boot.transport_label(dict(os.environ), all_p2p),
                        nvshmem_version=boot.metadata()["nvshmem"], nvshmem_mode=handle.status_name)
     if prm["timed_loop"] == "native":
         state.native = state.native_op()

@@ -20,15 +20,6 @@ COLL_OPS = ("all_reduce", "all_gather", "alltoall", "broadcast", "reduce_scatter
 LATENCY_OPS = ("put_latency", "get_latency", "pingpong")
 
 
-def transport_label(env: dict[str, str], all_p2p: bool) -> str:
-    """Name of the path data took: p2p (loads/stores over NVLink/PCIe) or the remote transport."""
-    if all_p2p:
-        return "p2p"
-    if env.get("NVSHMEM_IB_ENABLE_IBGDA", "0").strip().lower() in ("1", "true", "yes", "y"):
-        return "ibgda"
-    return env.get("NVSHMEM_REMOTE_TRANSPORT", "ibrc").strip().lower() or "ibrc"
-
-
 class Nvshmem(Family):
     name = "nvshmem"
     summary = "NVSHMEM point-to-point (device/host initiated), latency, message rate and collectives"
@@ -88,10 +79,7 @@ class Nvshmem(Family):
         from ...comm import nvshmem as boot
         from . import coll, p2p
 
-        # Read by NVSHMEM at init: this family never lets NVSHMEM pick multicast.
-        os.environ["NVSHMEM_DISABLE_NVLS"] = "1"
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-        handle = boot.ensure(ctx)
+        handle = boot.ensure(ctx)   # refuses unless the launch holds the multicast kill switches
         prm = self._prm(case)
         if case.op in COLL_OPS:
             state = coll.setup(case, ctx, handle, prm)
@@ -102,7 +90,7 @@ class Nvshmem(Family):
         peers = [pe for pe in range(handle.n_pes) if pe != handle.pe] or [handle.pe]
         all_p2p = all(handle.is_p2p(probe, pe) for pe in peers)
         all_p2p = all(ctx.world.allgather(all_p2p))
-        transport = transport_label(dict(os.environ), all_p2p)
+        transport = boot.transport_label(os.environ, all_p2p)
         state.extra.update(transport=transport, nvshmem_version=boot.metadata()["nvshmem"],
                            nvshmem_mode=handle.status_name,
                            variant=case.variant if transport in case.variant else f"{case.variant}+{transport}")
