@@ -24,7 +24,7 @@ def make_case(op="put", backend="nvshmem", size=4096, dtype="float32", ranks=2, 
 
 
 def test_import_pulls_no_gpu_package():
-    code = ("import sys, commbench.families.nvshmem.family, "
+    code = ("import sys, commbench.families.nvshmem.family, commbench.families.nvshmem.native, "
             "commbench.families.nvshmem.p2p, commbench.families.nvshmem.coll; "
             "bad = [k for k in ('cupy', 'torch', 'nvshmem', 'cuda') if k in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
