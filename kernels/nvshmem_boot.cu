@@ -1,4 +1,4 @@
-// NVSHMEM bootstrap over a unique id, driven from Python (commbench/nvshmem/boot.py).
+// NVSHMEM bootstrap over a unique id, driven from Python (commbench/comm/nvshmem.py).
 //
 // Rank 0 asks for a unique id, Python broadcasts its bytes over MPI, every rank
 // initialises with it. nvshmemi_init_thread is called directly instead of the

@@ -5,7 +5,7 @@
 // module's copy only after that module registered itself, which happens inside
 // nvshmemi_init_thread. commbench_nvshmem_attach() does that registration for
 // a library loaded after NVSHMEM was already initialised (by
-// commbench/nvshmem/boot.py or by nvshmem4py): bootstrap is skipped because
+// commbench/comm/nvshmem.py or by nvshmem4py): bootstrap is skipped because
 // the host library is already up, and the module's device state is written.
 // Link such libraries with -Xlinker -Bsymbolic so the call binds to this
 // module's copy of the device-library code, not another library's.

@@ -3,7 +3,7 @@
 // Device-initiated ops are kernels calling the NVSHMEM device API; host-
 // initiated ops are the on-stream host API. Every launcher takes the stream
 // the runner times on. The library attaches to the NVSHMEM instance that
-// commbench/nvshmem/boot.py initialised (see nvshmem_common.cuh).
+// commbench/comm/nvshmem.py initialised (see nvshmem_common.cuh).
 #include "nvshmem_common.cuh"
 
 #include <cuda_bf16.h>

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from ..comm.context import RankContext
 
@@ -236,6 +237,14 @@ class Family:
         """The family's own checks on a suite benchmark beyond each Param's (which
         ``bench_problems`` applies first): list of (field, message). Default: none."""
         return []
+
+    def launch_env(self, case: Case, env: Mapping[str, str], log_dir: Path) -> dict[str, str]:
+        """Variables this Case's ranks need from process start (NCCL and NVSHMEM read theirs once,
+        at initialisation): the launch adds them to its environment (suite.launches.declared_env),
+        because no family may write ``os.environ``. ``env`` is the environment the ranks would
+        start with otherwise (the parent's, the Case's variant over it), ``log_dir`` the run's
+        logs folder. Default: nothing."""
+        return {}
 
     def finalize_case(self, case: Case, explicit: frozenset) -> Case:
         """The Case as it will run, given the parameter names the suite wrote itself

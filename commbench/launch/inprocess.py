@@ -19,7 +19,8 @@ from ..suite import load_suite
 from ..world import build_world, slurm_step_tasks
 from .extras import require_torch_for
 from .finish import finish
-from .prepare import close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row
+from .prepare import (close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row,
+                      variant_env)
 from ..safety import launch_env
 
 LOG = "logs/inprocess.log"
@@ -124,7 +125,7 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         # the launch's environment is built from this process's before it replaces it (built after
         # a clear, it lost PATH, COMMBENCH_JIT_CACHE and every forwarded variable: nvcc then found
         # no cc1plus and kernels were cached under ~/.cache)
-        ranks_env = launch_env(folder.path, {**dict(launch.env), **profile_env(folder, launch)}, allow_mc)
+        ranks_env = launch_env(folder.path, variant_env(folder, launch, cases), allow_mc)
         os.environ.clear()
         os.environ.update(ranks_env)
         def on_bound(record: dict) -> None:   # rank 0: how the ranks share GPUs, into run.json

@@ -12,7 +12,7 @@ from ..world import inside_mpi_job
 from .extras import require_torch_for
 from .failure_hosts import on_hosts
 from .finish import finish
-from .prepare import close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row
+from .prepare import close_meta, open_meta, prepare_folder, record_unsupported, settled_row, variant_env
 from .supervise import run_launch
 
 
@@ -86,7 +86,7 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                 "progress": str(progress), "hosts": list(launch.hosts)}
         timeouts = {cid: by_id[cid].timeout_s for cid in pending}
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
-        out = run_launch(folder.path, task, {**dict(launch.env), **profile_env(folder, launch)}, timeouts,
+        out = run_launch(folder.path, task, variant_env(folder, launch, [by_id[cid] for cid in pending]), timeouts,
                          on_event=display.event, allow_multicast=allow_mc, keep_fds=folder.lock_fds())
         record["wall_s"] += out.wall_s
         if out.returncode == STORAGE_FULL_EXIT:   # rank 0 could not store a Case: the disk is full

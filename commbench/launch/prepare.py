@@ -171,6 +171,16 @@ def record_unsupported(folder: RunFolder, suite: Suite, done: set[str]) -> set[s
     return skipped
 
 
+def variant_env(folder: RunFolder, launch, cases: list[Case]) -> dict[str, str]:
+    """What a launch sets over the parent's environment: its Cases' env, NCCL profiling's variables,
+    and what the Cases' families need from process start (``Family.launch_env``; a family never
+    writes ``os.environ`` itself)."""
+    from ..suite.launches import declared_env
+
+    env = {**dict(launch.env), **profile_env(folder, launch)}
+    return {**env, **declared_env(cases, {**os.environ, **env}, folder.path / "logs")}
+
+
 def profile_env(folder: RunFolder, launch) -> dict[str, str]:
     """Variables that make a launch's NCCL load commbench's profiler plugin (nccl-profiled Cases)."""
     if not getattr(launch, "nccl_profile", False):

@@ -1,10 +1,13 @@
 """Launch groups: Cases that share (ranks, ranks_per_node, environment, multicast opt-in, hosts,
 NCCL profiling) run in one MPI job, because NCCL and NVSHMEM read their environment (and NCCL its
-profiler plugin) once per process."""
+profiler plugin) once per process. What the Cases' families need in that environment from process
+start (``Family.launch_env``) is merged into it when the launch starts (``declared_env``)."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
 
 from ..errors import SuiteError
 from ..families.base import Case
@@ -36,6 +39,19 @@ def group_launches(cases: list[Case]) -> list[Launch]:
         out.append(Launch(launch_id=i, ranks=ranks, ranks_per_node=rpn, env=env,
                           variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs), hosts=hosts,
                           nccl_profile=nccl_profile))
+    return out
+
+
+def declared_env(cases: list[Case], env: Mapping[str, str], log_dir: Path) -> dict[str, str]:
+    """The variables the Cases' families declare they need from process start (``Family.launch_env``),
+    given the environment the ranks would otherwise get and the run's logs folder. A variable two
+    Cases declare keeps the first Case's value."""
+    from ..families import get_family
+
+    out: dict[str, str] = {}
+    for case in cases:
+        for key, value in get_family(case.family).launch_env(case, env, log_dir).items():
+            out.setdefault(key, str(value))
     return out
 
 

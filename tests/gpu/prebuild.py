@@ -8,7 +8,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from commbench import jit
-from commbench.families.nvshmem import paths
+from commbench.comm import nvshmem as paths
 
 
 def uses_nvshmem(source) -> bool:

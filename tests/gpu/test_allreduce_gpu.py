@@ -40,6 +40,14 @@ needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="no CUDA GPU visible: allr
 needs_mpi = pytest.mark.skipif(_mpirun() is None, reason="no mpirun/mpiexec on PATH")
 
 
+def _nccl_case():
+    from commbench.families.base import Case
+
+    return Case(suite="gpu-test", bench="gpu", family="allreduce", op="all_reduce", backend="nccl", variant="default",
+                env=(), dtype="float32", size_bytes=8, params=(), warmup=0, iters=1, timing="events", ranks=1,
+                ranks_per_node=1, timeout_s=60)
+
+
 def run_driver(ranks: int, backends: list[str], *, sizes=("8B", "4KiB", "1MiB"), dtypes=("float32", "bfloat16"),
                env: dict | None = None, params: dict | None = None, tag: str = "run", timeout_s: int = 120):
     """Start the driver under mpirun and return its rows (rank 0's JSON lines)."""
@@ -50,7 +58,12 @@ def run_driver(ranks: int, backends: list[str], *, sizes=("8B", "4KiB", "1MiB"),
     child_env = {**os.environ, **(env or {}), **KILL_SWITCHES,
                  "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "PYTHONPATH": str(ROOT),
                  "COMMBENCH_LOG_DIR": str(out_root / f"logs-{tag}"), "PYTHONUNBUFFERED": "1"}
-    forwarded = sorted(set(KILL_SWITCHES) | set(env or {}) | {
+    from commbench.families import get_family
+
+    # what a launch adds for NCCL Cases (AllReduceFamily.launch_env): NCCL's TUNING lines in logs-<tag>/nccl/
+    nccl_env = get_family("allreduce").launch_env(_nccl_case(), child_env, out_root / f"logs-{tag}")
+    child_env.update(nccl_env)
+    forwarded = sorted(set(KILL_SWITCHES) | set(env or {}) | set(nccl_env) | {
         "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "PYTHONPATH", "COMMBENCH_LOG_DIR", "PYTHONUNBUFFERED",
         "COMMBENCH_JIT_CACHE"} & set(child_env))
     argv = [_mpirun(), "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]

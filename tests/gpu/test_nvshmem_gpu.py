@@ -74,7 +74,7 @@ def test_check_detects_corruption(ctx):
     fam.run(state)
     state.stream.synchronize()
     assert fam.check(state) == 0
-    buffers.view(state.ptrs["b"], 4096, "float32", ctx.device)[7] = -1.0
+    buffers.view(state.bufs.b, 4096, "float32", ctx.device)[7] = -1.0
     assert fam.check(state) == 1
     fam.teardown(state)
 

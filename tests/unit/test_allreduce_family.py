@@ -118,3 +118,33 @@ def test_kernel_compiles_for_sm90():
     from commbench import jit
 
     jit.compile_check("allreduce", arch="sm_90")
+
+
+def test_nccl_cases_declare_their_debug_log_for_the_launch(tmp_path):
+    """NCCL reads NCCL_DEBUG* once, at its first communicator: the launch sets them, not the family."""
+    env = FAMILY.launch_env(make_case("nccl"), {}, tmp_path / "logs")
+    assert env["NCCL_DEBUG"] == "INFO" and "TUNING" in env["NCCL_DEBUG_SUBSYS"]
+    assert env["NCCL_DEBUG_FILE"] == str(tmp_path / "logs" / "nccl" / "nccl-%h-%p.log")
+    mine = {"NCCL_DEBUG": "TRACE", "NCCL_DEBUG_SUBSYS": "NET", "NCCL_DEBUG_FILE": "/mine/%p.log"}
+    kept = FAMILY.launch_env(make_case("nccl_symm"), mine, tmp_path)
+    assert kept == {"NCCL_DEBUG_SUBSYS": "NET,TUNING"}   # a user's own settings stay
+    assert FAMILY.launch_env(make_case("cb_one_shot"), {}, tmp_path) == {}
+
+
+def test_the_launch_merges_what_families_declare(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from commbench.launch.prepare import variant_env
+    from commbench.suite.launches import Launch, declared_env
+
+    monkeypatch.delenv("NCCL_DEBUG", raising=False)
+    monkeypatch.delenv("NCCL_DEBUG_FILE", raising=False)
+    cases = [make_case("cb_one_shot"), make_case("nccl")]
+    assert declared_env(cases[:1], {}, tmp_path) == {}
+    assert declared_env(cases, {}, tmp_path)["NCCL_DEBUG"] == "INFO"
+    launch = Launch(launch_id=0, ranks=2, ranks_per_node=2, env=(("NCCL_DEBUG", "WARN"), ("NCCL_ALGO", "Ring")),
+                    variant="default", case_ids=tuple(c.case_id for c in cases))
+    env = variant_env(SimpleNamespace(path=tmp_path), launch, cases)
+    assert env["NCCL_ALGO"] == "Ring" and env["NCCL_DEBUG"] == "INFO"   # as the family set it in-process before
+    assert env["NCCL_DEBUG_FILE"].startswith(str(tmp_path / "logs" / "nccl"))
+    assert launch.env == (("NCCL_DEBUG", "WARN"), ("NCCL_ALGO", "Ring"))   # the group's identity is unchanged

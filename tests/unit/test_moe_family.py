@@ -111,7 +111,7 @@ def test_kernels_compile_for_sm90(name):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_nvshmem_low_latency_kernels_build_and_link_for_sm90(tmp_path, monkeypatch):
-    from commbench.families.nvshmem import paths
+    from commbench.comm import nvshmem as paths
 
     try:
         inst = paths.find_install()

@@ -135,12 +135,22 @@ def test_setup_skips_with_gate_reason_before_touching_any_gpu(clean_env):
     assert str(info.value) == "multicast disabled by site kill switch (TORCH_SYMM_MEM_DISABLE_MULTICAST=1)"
 
 
-def test_non_multicast_setup_forbids_multicast_in_process(clean_env):
-    gate.forbid_multicast_in_process()
+def test_multicast_off_refusal_names_each_switch_not_held():
+    assert gate.multicast_off_refusal(SWITCHES) is None
+    reason = gate.multicast_off_refusal({"NCCL_NVLS_ENABLE": "0"})
+    assert "TORCH_SYMM_MEM_DISABLE_MULTICAST=1" in reason and "NCCL_NVLS_ENABLE" not in reason
+    reason = gate.multicast_off_refusal({"NCCL_NVLS_ENABLE": "1"})
+    assert "NCCL_NVLS_ENABLE=0" in reason and "allow_multicast" in reason
+
+
+def test_non_multicast_setup_refuses_without_the_switches_and_never_sets_them(clean_env):
+    """The launch holds the switches for every Case that did not opt in; the family only checks."""
     import os
 
-    assert os.environ["NCCL_NVLS_ENABLE"] == "0"
-    assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    ctx = RankContext(world=_World(), device="cuda:0")
+    with pytest.raises(SkipCase, match="must run with multicast off"):
+        FAMILY.setup(make_case("nccl"), ctx)
+    assert not any(key in os.environ for key in SWITCHES)
 
 
 def test_no_multicast_api_or_instruction_in_our_sources():

@@ -58,10 +58,13 @@ def test_nvshmem_op_struct_layout_and_kinds():
     # struct cb_shmem_op: 2 ints, 2 pointers, size_t, 6 ints, uint64, pointer (x86-64: 72 bytes)
     assert ctypes.sizeof(native._Op) == 72
     assert native._Op.values_host.offset == 64
-    assert native._kind("put", "nvshmem_host", True) == "host_rma"
-    assert native._kind("put", "nvshmem_device", False) == "none"
-    assert native._kind("put_signal", "nvshmem_host", True) is None  # its expected value grows per launch
-    assert native._kind("pingpong", "nvshmem_device", True) is None  # timed in the kernel
+    from commbench.families.nvshmem.ops import OPS
+
+    assert native.kind(OPS["put"], "host", True) == "host_rma"
+    assert native.kind(OPS["p"], "device", True) == "p"
+    assert native.kind(OPS["put"], "device", False) == "none"
+    assert native.kind(OPS["put_signal"], "host", True) is None  # its expected value grows per launch
+    assert native.kind(OPS["pingpong"], "device", True) is None  # timed in the kernel
 
 
 @needs_nvcc

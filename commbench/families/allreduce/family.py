@@ -7,8 +7,12 @@ other Case runs with multicast switched off in its process.
 """
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Mapping
+
 from ...comm.context import RankContext
 from ...errors import SkipCase
+from ...sysinfo import nccl_log
 from ..base import Case, Family, Param, Traffic, multiple_of
 from . import gate
 from .data import ELEMENT_BYTES
@@ -53,6 +57,13 @@ class AllReduceFamily(Family):
         # never start a process (DESIGN section 7).
         return gate.planning_block_reason(case)
 
+    def launch_env(self, case: Case, env: Mapping[str, str], log_dir: Path) -> dict[str, str]:
+        # NCCL's choice (nccl_algo, nccl_proto) is read from its TUNING lines, which it writes only
+        # when these are set at its first communicator; a user's own NCCL_DEBUG_FILE is kept.
+        if case.backend not in NCCL_BACKENDS:
+            return {}
+        return nccl_log.debug_env(Path(log_dir) / "nccl", current=env)
+
     # --- measuring ---
     def setup(self, case: Case, ctx: RankContext):
         ordinal = int(str(ctx.device).partition(":")[2] or 0)
@@ -63,7 +74,9 @@ class AllReduceFamily(Family):
         if not str(ctx.device).startswith("cuda"):
             raise SkipCase("allreduce needs a CUDA GPU")
         if not gate.case_requests_multicast(case):
-            gate.forbid_multicast_in_process()
+            refusal = gate.multicast_off_refusal()
+            if refusal:
+                raise SkipCase(refusal)
         import torch
 
         torch.cuda.set_device(ordinal)

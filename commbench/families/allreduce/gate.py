@@ -6,7 +6,6 @@ a multicast object.
 """
 from __future__ import annotations
 
-import os
 from typing import Mapping
 
 from ... import safety
@@ -27,7 +26,7 @@ def multicast_requested(backend: str, env: Mapping[str, str]) -> bool:
     if backend in NCCL_BACKENDS:
         spec = nccl_log.algo_spec_for(env.get("NCCL_ALGO"), "AllReduce")
         # Only a list that names NVLS/NVLSTree asks for them; "^Ring" merely leaves
-        # NCCL's default choice, which forbid_multicast_in_process keeps multicast-free.
+        # NCCL's default choice, which the launch's NCCL_NVLS_ENABLE=0 keeps multicast-free.
         if spec and not spec.startswith("^"):
             if nccl_log.requested_algos(spec, "AllReduce") & MULTICAST_ALGOS:
                 return True
@@ -58,14 +57,22 @@ def runtime_block_reason(case: Case, device_ordinal: int, env: Mapping[str, str]
     return safety.multicast_block_reason(suite_allows=allows, device_supports=supports, env=env)
 
 
-def forbid_multicast_in_process() -> None:
-    """For Cases that must not use multicast: make NCCL and torch symmetric memory keep it off.
+# NCCL enables NVLS by default on NVSwitch systems and torch symmetric memory creates multicast
+# objects when it can; both read these once, before first use, so they belong to the launch.
+MULTICAST_OFF = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST")
 
-    NCCL enables NVLS by default on NVSwitch systems and torch symmetric memory
-    creates multicast objects when it can; both read these before first use.
-    """
-    os.environ["NCCL_NVLS_ENABLE"] = "0"
-    os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
+
+def multicast_off_refusal(env: Mapping[str, str] | None = None) -> str | None:
+    """Why a Case that must not use multicast cannot run in this rank: a switch that keeps NCCL
+    and torch symmetric memory off multicast is not held. The launch sets them for every rank
+    unless a Case of the launch opted in (``allow_multicast``); a family never sets them."""
+    held = safety.active_kill_switches(env)
+    missing = [f"{k}={safety.KILL_SWITCHES[k]}" for k in MULTICAST_OFF if k not in held]
+    if not missing:
+        return None
+    return (f"this Case must run with multicast off, but the rank's environment lacks {', '.join(missing)} "
+            f"(a launch with allow_multicast: true leaves them unset; give this Case a launch of its own "
+            f"without allow_multicast)")
 
 
 def device_supports_multicast(ordinal: int) -> bool | None:

@@ -7,8 +7,6 @@ Case's check the new lines are parsed into ``nccl_algo``/``nccl_proto`` and a
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 from ...sysinfo import nccl_log
 from ...errors import SkipCase
@@ -20,23 +18,13 @@ _COMM_KEY = "allreduce.nccl_comm"
 _LOG_KEY = "allreduce.nccl_log"
 
 
-def log_dir(ctx) -> Path:
-    """Where NCCL debug files go: the run's logs/ when the runner says where, else a temp dir."""
-    for key in ("COMMBENCH_LOG_DIR", "COMMBENCH_RUN_DIR"):
-        value = ctx.launch_env.get(key) or os.environ.get(key)
-        if value:
-            path = Path(value) / ("nccl" if key == "COMMBENCH_LOG_DIR" else "logs/nccl")
-            path.mkdir(parents=True, exist_ok=True)
-            return path
-    return Path(tempfile.mkdtemp(prefix="commbench-nccl-"))
-
-
 def _comm(ctx) -> nccl_lib.Comm:
     if _COMM_KEY not in ctx.cache:
-        # Must happen before the first communicator: NCCL reads these once per process.
-        # A user's own NCCL_DEBUG_FILE is kept (debug_env never replaces it).
-        target = "." if os.environ.get("NCCL_DEBUG_FILE") else log_dir(ctx)
-        os.environ.update(nccl_log.debug_env(target))
+        # The launch set NCCL_DEBUG* (AllReduceFamily.launch_env); NCCL opens the file at its first
+        # communicator, so its folder must exist on this node first.
+        path = nccl_log.resolve_debug_file()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         comm = nccl_lib.Comm(ctx.world)
         # Resolved after init: NCCL has opened (created) its file by then.
         ctx.cache[_LOG_KEY] = nccl_log.resolve_debug_file()

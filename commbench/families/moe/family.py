@@ -210,14 +210,13 @@ def _our_state(case: Case, ctx: RankContext, problem, prm: dict):
         return state
     import os
 
-    from ..nvshmem import boot
-    from ..nvshmem.family import transport_label
+    from ...comm import nvshmem as boot
 
     handle = boot.ensure(ctx)   # SkipCase with NVSHMEM's reason when it cannot come up
     state = PeerState(problem, case.op, mode, ctx.world.comm, ctx.device, prm["max_tokens"],
                       transport="nvshmem", handle=handle)
     all_p2p = all_true(ctx.world, state.ws.all_p2p)
-    state.extra.update(transport=transport_label(dict(os.environ), all_p2p),
+    state.extra.update(transport=boot.transport_label(dict(os.environ), all_p2p),
                        nvshmem_version=boot.metadata()["nvshmem"], nvshmem_mode=handle.status_name)
     if prm["timed_loop"] == "native":
         state.native = state.native_op()

@@ -128,7 +128,7 @@ class LayerState(CaseState):
             self._require_memory(mp, mode)
             return PeerComm(mp, x, mode, world.comm, dev, self.max_tokens)
         if backend == "nvshmem_ll":
-            from ..nvshmem import boot
+            from ...comm import nvshmem as boot
             from .layer_deepep import LL_CACHE_KEY
             from .layer_peer import PeerComm
 

@@ -1,7 +1,7 @@
 """The low-latency workspace in NVSHMEM symmetric memory (backend nvshmem_ll).
 
 One symmetric allocation per rank, the same address on every PE, taken from
-the launch's NVSHMEM instance (``commbench/nvshmem/boot.py``) and reused
+the launch's NVSHMEM instance (``commbench/comm/nvshmem.py``) and reused
 across Cases (grow only). It is zeroed at every Case's set-up, because the
 count signals carry epochs that restart at 1 with every Case.
 """

@@ -1,4 +1,4 @@
-"""Initialise NVSHMEM once per launch over the MPI world, and share it with CUDA libraries.
+"""NVSHMEM start-up: find the install, initialise once per launch over MPI, share the instance.
 
 ``ensure(ctx)`` builds ``kernels/nvshmem_boot.cu``, has rank 0 create a unique
 id, broadcasts it over mpi4py (any MPI works) and initialises every rank with
@@ -6,37 +6,113 @@ it. The handle lives in ``ctx.cache`` and NVSHMEM is finalised through
 ``ctx.on_close``. ``handle.load(name)`` builds another ``kernels/<name>.cu``
 against the same NVSHMEM and registers its device state with this instance
 (the library must export ``<attach_symbol>(int device)``; see
-``kernels/nvshmem_common.cuh``).
+``kernels/nvshmem_common.cuh``). The install is the ``nvidia-nvshmem-cu13`` (or
+``-cu12``) wheel's ``nvidia/nvshmem`` folder, or ``NVSHMEM_HOME`` when set.
+Nothing here imports GPU packages at import time.
 """
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
+import re
 import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata as _md
+from pathlib import Path
+from typing import Mapping
 
-from ...errors import CommbenchError, SkipCase
-from . import paths
+from ..errors import CommbenchError, SkipCase
+from .. import safety
 
 CACHE_KEY = "nvshmem"
 STATUS_NAMES = {0: "not_initialized", 1: "bootstrapped", 2: "initialized", 3: "limited_mpg", 4: "full_mpg"}
 NVSHMEM4PY_DISTS = ("nvshmem4py-cu13", "nvshmem4py-cu12", "nvshmem4py")
+# Read by NVSHMEM (and the NCCL inside it) at init: it must never come up able to use multicast.
+MULTICAST_OFF = ("NVSHMEM_DISABLE_NVLS", "NCCL_NVLS_ENABLE")
+
+
+class NvshmemNotFound(CommbenchError):
+    """No NVSHMEM install (headers + libnvshmem_device.a + libnvshmem_host) was found."""
 
 
 class NvshmemError(CommbenchError):
     """An NVSHMEM call returned an error after initialisation."""
 
 
+@dataclass(frozen=True)
+class NvshmemInstall:
+    home: Path
+
+    @property
+    def include(self) -> Path:
+        return self.home / "include"
+
+    @property
+    def lib(self) -> Path:
+        return self.home / "lib"
+
+    @property
+    def host_lib(self) -> Path:
+        for name in ("libnvshmem_host.so", "libnvshmem_host.so.3"):
+            if (self.lib / name).exists():
+                return self.lib / name
+        raise NvshmemNotFound(f"libnvshmem_host.so not found in {self.lib}")
+
+    @property
+    def version(self) -> str:
+        """Library version from the installed header (no GPU or init needed)."""
+        text = (self.include / "non_abi" / "nvshmem_version.h").read_text()
+        parts = [re.search(rf"NVSHMEM_VENDOR_{p}_VERSION\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+        return ".".join(m.group(1) for m in parts if m) or "unknown"
+
+
+def _candidates() -> list[Path]:
+    out = []
+    if os.environ.get("NVSHMEM_HOME"):
+        out.append(Path(os.environ["NVSHMEM_HOME"]))
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        out.append(Path(base) / "nvshmem")
+    return out
+
+
+def find_install() -> NvshmemInstall:
+    """The first NVSHMEM install with headers and the static device library."""
+    for home in _candidates():
+        inst = NvshmemInstall(home)
+        if (inst.include / "nvshmem.h").exists() and (inst.lib / "libnvshmem_device.a").exists():
+            return inst
+    raise NvshmemNotFound(
+        "NVSHMEM not found: pip install nvidia-nvshmem-cu13 (or -cu12), or set NVSHMEM_HOME "
+        "to a folder with include/nvshmem.h and lib/libnvshmem_device.a")
+
+
+def compile_flags(inst: NvshmemInstall) -> list[str]:
+    """nvcc flags for device code that calls NVSHMEM (relocatable device code)."""
+    return ["-rdc=true", f"-I{inst.include}"]
+
+
+def link_args(inst: NvshmemInstall) -> list[str]:
+    """Linker arguments: static device library, host library with an rpath, symbolic binding.
+
+    -Bsymbolic keeps each library's calls on its own copy of the device-library
+    host code, so a library registers its own device state, not another's.
+    """
+    host = inst.host_lib
+    return [str(inst.lib / "libnvshmem_device.a"), f"-L{inst.lib}", f"-l:{host.name}",
+            f"-Xlinker=-rpath,{inst.lib}", "-Xlinker=-Bsymbolic"]
+
+
 def metadata() -> dict:
     """Versions for run.json and rows, without a GPU and without initialising anything."""
     out = {"nvshmem": None, "nvshmem_home": None, "nvshmem4py": None}
     try:
-        inst = paths.find_install()
+        inst = find_install()
         out.update(nvshmem=inst.version, nvshmem_home=str(inst.home))
-    except (paths.NvshmemNotFound, OSError):
+    except (NvshmemNotFound, OSError):
         pass
     for dist in NVSHMEM4PY_DISTS:
         try:
@@ -45,6 +121,29 @@ def metadata() -> dict:
         except _md.PackageNotFoundError:
             continue
     return out
+
+
+def transport_label(env: Mapping[str, str], all_p2p: bool) -> str:
+    """Name of the path data took: p2p (loads/stores over NVLink/PCIe) or the remote transport."""
+    if all_p2p:
+        return "p2p"
+    if env.get("NVSHMEM_IB_ENABLE_IBGDA", "0").strip().lower() in ("1", "true", "yes", "y"):
+        return "ibgda"
+    return env.get("NVSHMEM_REMOTE_TRANSPORT", "ibrc").strip().lower() or "ibrc"
+
+
+def multicast_refusal(env: Mapping[str, str] | None = None) -> str | None:
+    """Why NVSHMEM may not start here: a multicast kill switch it reads at init is not held.
+
+    Every launch sets them (no NVSHMEM user opts in to multicast), as does
+    ``commbench.measure.standalone.open_rank``; start-up never sets them itself.
+    """
+    held = safety.active_kill_switches(env)
+    missing = [f"{k}={safety.KILL_SWITCHES[k]}" for k in MULTICAST_OFF if k not in held]
+    if not missing:
+        return None
+    return (f"NVSHMEM starts only with multicast off, and this rank's environment lacks {', '.join(missing)} "
+            f"(every commbench launch sets it; run through `commbench run` or measure.standalone.open_rank)")
 
 
 @contextmanager
@@ -90,7 +189,7 @@ class NvshmemHandle:
     """One initialised NVSHMEM instance for this rank (per launch)."""
 
     lib: ctypes.CDLL
-    install: paths.NvshmemInstall
+    install: NvshmemInstall
     device_index: int
     pe: int
     n_pes: int
@@ -152,12 +251,12 @@ class NvshmemHandle:
         self.lib.cb_boot_finalize()
 
 
-def load_library(name: str, install: paths.NvshmemInstall | None = None) -> ctypes.CDLL:
+def load_library(name: str, install: NvshmemInstall | None = None) -> ctypes.CDLL:
     """Build (cached) and load kernels/<name>.cu with NVSHMEM's flags and libraries."""
-    from ... import jit
+    from .. import jit
 
-    inst = install or paths.find_install()
-    return jit.load(name, flags=paths.compile_flags(inst), libs=paths.link_args(inst))
+    inst = install or find_install()
+    return jit.load(name, flags=compile_flags(inst), libs=link_args(inst))
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -187,9 +286,12 @@ def ensure(ctx) -> NvshmemHandle:
         raise SkipCase(str(cached))
     if not str(ctx.device).startswith("cuda"):
         raise SkipCase("NVSHMEM needs a CUDA GPU on every rank")
+    refusal = multicast_refusal()
+    if refusal:
+        raise SkipCase(refusal)
     try:
-        inst = paths.find_install()
-    except paths.NvshmemNotFound as exc:
+        inst = find_install()
+    except NvshmemNotFound as exc:
         raise SkipCase(str(exc)) from exc
     import torch
 
