@@ -17,7 +17,7 @@ from ..errors import SkipCase, StorageFull
 from ..families import get_family
 from ..families.base import Case, RankContext
 from ..launch import safety
-from ..profile import store as profile_store
+from ..runfolder import timeline_files as profile_store
 from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
 from ..runfolder import RunFolder, case_row
 from ..runfolder.writer import STORAGE_FULL_EXIT

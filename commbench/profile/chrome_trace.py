@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 
 from ..errors import CommbenchError
-from . import nccl_plugin, nccl_records, store
+from . import nccl_plugin, nccl_records
+from ..runfolder import timeline_files as store
 
 TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import chrome_trace, store
+from . import chrome_trace
+from ..runfolder import timeline_files as store
 
 MAX_CASES = 4
 

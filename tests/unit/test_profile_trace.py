@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
-from commbench.profile import chrome_trace, nccl_records, plugin_build, store, timeline
+from commbench.profile import chrome_trace, nccl_records, plugin_build, timeline
+from commbench.runfolder import timeline_files as store
 from commbench.runfolder.schema import COLUMNS
 from tests.unit.trace_format import validate_chrome_trace
 
@@ -105,7 +106,7 @@ def test_the_validator_catches_broken_traces():
 
 def test_a_cut_timeline_line_is_dropped_before_the_next_append(tmp_path):
     """A full disk cut timeline.csv mid-line; the next append must not glue onto it."""
-    from commbench.profile import store
+    from commbench.runfolder import timeline_files as store
 
     row = {"case_id": "a", "rank": 0, "host": "h", "iteration": 0, "start_us": 0.0, "end_us": 1.0,
            "source": "host", "kernel_us": ""}
