@@ -18,7 +18,7 @@ from ..measure.runner import Progress, run_cases
 from ..suite import load_suite
 from ..world import build_world, slurm_step_tasks
 from .extras import require_torch_for
-from .finish import finish
+from ..analysis.finish import finish
 from .prepare import close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row
 from .safety import launch_env
 

@@ -11,7 +11,7 @@ from ..suite import load_suite
 from ..world import inside_mpi_job
 from .extras import require_torch_for
 from .failure_hosts import on_hosts
-from .finish import finish
+from ..analysis.finish import finish
 from .prepare import close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row
 from .supervise import run_launch
 

@@ -13,14 +13,14 @@ def finish(folder: RunFolder, console) -> None:
     plots = []
     if df is not None and len(df):
         try:
-            from ..analysis.report.plots import write_run_plots
+            from .report.plots import write_run_plots
 
             plots = write_run_plots(df, folder.path / "plots", folder.read_meta())
         except ImportError:
             plots = []
     print_summary(console, df, folder.path, plots)
     if df is not None and len(df):
-        from ..analysis.report.build import write_report
+        from .report.build import write_report
 
         html_path, md_path = write_report([folder.path])
         (console or _stderr_console()).print(f"report:  {html_path} (and {md_path.name})")
