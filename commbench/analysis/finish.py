@@ -1,4 +1,7 @@
-"""The end of a run: plots, the summary table and the report, built only from stored rows."""
+"""The end of a run: plots, the summary table and the report, built only from stored rows.
+
+`run` and `accept` pass ``finish`` to ``launch.orchestrate.run_suite``, which calls it once every
+row is stored (the folder still locked; rank 0 only inside an MPI job)."""
 from __future__ import annotations
 
 from ..runfolder import RunFolder

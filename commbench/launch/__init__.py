@@ -1,5 +1,6 @@
 """Running a suite: ``orchestrate`` (plan, start each launch group, supervise, resume) when
 commbench starts the ranks itself, ``inprocess`` when it already runs as the ranks of an MPI
-job, ``prepare`` and ``finish`` (what both share), ``supervise`` (one launch and its watchdog),
+job, ``prepare`` (what both share), ``supervise`` (one launch and its watchdog),
 ``mpiexec`` (the launcher argv), ``safety`` (kill switches, the ranks' environment) and
-``failure_hosts`` (the hosts a failed launch names in its rows)."""
+``failure_hosts`` (the hosts a failed launch names in its rows). What happens to a stored run
+(plots, summary, report) is the caller's ``finish``: launch never imports analysis, which sits above it."""
