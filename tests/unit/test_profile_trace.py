@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
-from commbench.profile import chrome_trace, nccl_records, plugin_build, timeline
+from commbench.analysis.report.sections.timelines import iteration_figure
+from commbench.profile import chrome_trace, nccl_records, plugin_build
 from commbench.runfolder import timeline_files as store
 from commbench.runfolder.schema import COLUMNS
 from tests.unit.trace_format import validate_chrome_trace
@@ -80,7 +81,7 @@ def test_trace_command_writes_it_and_the_report_picture_shows_kernels(nccl_run):
     res = CliRunner().invoke(cli, ["trace", str(nccl_run), "--case", "warmup", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert validate_chrome_trace(json.loads(out.read_text())) == []
-    fig = timeline.iteration_figure(nccl_run, "warmup")
+    fig = iteration_figure(nccl_run, "warmup")
     assert fig is not None and "NCCL kernel channels" in fig.axes[0].get_title()
 
 
