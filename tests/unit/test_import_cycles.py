@@ -94,3 +94,34 @@ def test_the_graph_is_read():
 
 def test_no_import_cycle():
     assert _cycles(_edges(_modules())) == []
+
+
+def _importers_of(package: str, graph: dict[str, set[str]]) -> set[str]:
+    """Modules outside ``package`` that import a module of it (deferred imports included)."""
+    inside = lambda m: m == package or m.startswith(package + ".")   # noqa: E731
+    return {m for m, deps in graph.items() if not inside(m) and any(inside(d) for d in deps)}
+
+
+def test_only_the_cli_imports_analysis():
+    """analysis (report, compare, accept) sits on top: launch runs a suite and hands the stored run to
+    the caller's finish, profile keeps data functions the report draws; neither imports analysis."""
+    assert _importers_of("commbench.analysis", _edges(_modules())) == {"commbench.cli"}
+
+
+def test_the_report_does_not_import_the_families():
+    """Parameter columns come from run.json (param_columns), never from importing every family."""
+    graph = _edges(_modules())
+    report = {m: deps for m, deps in graph.items() if m.startswith("commbench.analysis.report")}
+    assert len(report) > 5
+    assert {m: sorted(d for d in deps if d.startswith("commbench.families"))
+            for m, deps in report.items() if any(d.startswith("commbench.families") for d in deps)} == {}
+
+
+def test_runfolder_imports_nothing_above_it():
+    """runfolder is the one reader and writer of run-folder files: the layers above call it."""
+    graph = _edges(_modules())
+    above = ("commbench.analysis", "commbench.profile", "commbench.measure", "commbench.launch",
+             "commbench.families")
+    assert {m: sorted(d for d in deps if d.startswith(above))
+            for m, deps in graph.items() if m.startswith("commbench.runfolder")
+            and any(d.startswith(above) for d in deps)} == {}
