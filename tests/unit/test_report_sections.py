@@ -48,6 +48,12 @@ def test_a_family_view_applies_only_to_rows_of_its_family():
     no_column = ReportInput(runs=[], rows=_training_rows("training").drop(columns=["family"]), rehearsal="",
                             param_columns=[])
     assert not training.applies_to(no_column)
+    from commbench.analysis.report.document import Document
+
+    doc = Document("t")
+    training.add(doc, own)
+    assert doc.sections[0].title == "Training step: compute and communication"
+    assert [i.alt for i in doc.images()] == ["training step breakdown"]
 
 
 def _run_with_knob(tmp_path: Path, param_columns: dict | None) -> Path:
