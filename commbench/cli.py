@@ -105,6 +105,7 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
     require_run_extras()
     import signal
 
+    from .analysis.finish import finish
     from .launch.orchestrate import run_suite
 
     def _terminate(signum, frame):  # a batch system's SIGTERM: stop like Ctrl-C
@@ -112,7 +113,7 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
 
     def run_one(suite_path, out_dir, again):
         return run_suite(suite_path, out_dir, resume=again, show_progress=not quiet, overrides=overrides,
-                         force=force, limits=limits)
+                         force=force, limits=limits, finish=finish)
 
     signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -205,8 +205,10 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
         except ImportError as exc:
             raise CommbenchError(f"cannot run suite {target} here ({exc}); run it with "
                                  "`commbench run` and pass the run folder to accept.") from None
+        from .finish import finish
+
         try:
-            run_dir = Path(run_suite(Path(target), out_dir=None))
+            run_dir = Path(run_suite(Path(target), out_dir=None, finish=finish))
         except KeyboardInterrupt:
             click.echo("commbench: interrupted; every row measured so far is in the run folder",
                        err=True)

@@ -219,6 +219,7 @@ def _joined(values) -> str | None:
 
 
 def build_meta(described: list[dict], envs: list[dict], files: list[Path], suite: str) -> dict:
+    from commbench.families import get_family
     from commbench.sysinfo.machine import filtered_env, withheld_env
 
     env: dict[str, str] = {}
@@ -238,6 +239,7 @@ def build_meta(described: list[dict], envs: list[dict], files: list[Path], suite
         "nccl_tests_version": _joined(d["nccl_tests_version"] for d in described),
         "env": env,
         "env_withheld": sorted(withheld),   # names only: they look like credentials
+        "param_columns": {"collectives": list(get_family("collectives").params)},
         "nccl_tests": described,
     }
 

@@ -130,7 +130,8 @@ def raw_stream_getter():
 class NcclCall:
     """One op of the `nccl` backend on its buffers, as kernels/nccl_enqueue.cu enqueues it.
 
-    ``native_fn``/``arg`` are the timed loop's op (the family wraps them in a NativeOp); :meth:`enqueue` is the same call from Python on the torch
+    ``native_fn``/``arg`` are the timed loop's op (the family wraps them in a NativeOp);
+    :meth:`enqueue` is the same call from Python on the torch
     current stream (so CUDA-graph capture records it); :meth:`check_once` runs it once on the
     buffers' head slice for the correctness check. Consecutive calls rotate through the buffers'
     pool (buffers.Buffers.steps), as nccl-tests."""

@@ -1,5 +1,7 @@
 """Running a suite: ``orchestrate`` (plan, start each launch group, supervise, resume) when
 commbench starts the ranks itself, ``inprocess`` when it already runs as the ranks of an MPI
-job, ``prepare`` and ``finish`` (what both share), ``supervise`` (one launch and its watchdog),
+job, ``prepare`` (what both share), ``supervise`` (one launch and its watchdog),
 ``mpiexec`` (the launcher argv) and ``failure_hosts`` (the hosts a failed launch names in its
-rows). The kill switches and the ranks' environment live in ``commbench.safety``."""
+rows). The kill switches and the ranks' environment live in ``commbench.safety``. What happens to
+a stored run (plots, summary, report) is the caller's ``finish``: launch never imports analysis,
+which sits above it."""

@@ -18,8 +18,7 @@ from ..measure.runner import Progress, run_cases
 from ..suite import load_suite
 from ..world import build_world, slurm_step_tasks
 from .extras import require_torch_for
-from .finish import finish
-from .prepare import (close_meta, open_meta, prepare_folder, profile_env, record_unsupported, settled_row,
+from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported, settled_row,
                       variant_env)
 from ..safety import launch_env
 
@@ -80,7 +79,8 @@ def check_job_shape(world, suite) -> None:
 
 def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool,
                          overrides: dict | None = None, force: bool = False, show_progress: bool = True,
-                         limits=None) -> Path:
+                         limits=None, finish=None) -> Path:
+    """Run the suite in this job's ranks; rank 0 stores and then calls ``finish(folder, None)``."""
     suite = load_suite(suite_path, overrides=overrides, limits=limits)
     require_torch_for(suite)
     world = build_world()
@@ -144,5 +144,6 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         meta = folder.read_meta()
         close_meta(meta, exclude_pids=pids)
         folder.write_meta(meta)
-        finish(folder, None)
+        if finish is not None:
+            finish(folder, None)
     return folder.path

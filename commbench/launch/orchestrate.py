@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from ..errors import StorageFull
 from ..runfolder import RunFolder
@@ -11,9 +12,12 @@ from ..suite import load_suite
 from ..world import inside_mpi_job
 from .extras import require_torch_for
 from .failure_hosts import on_hosts
-from .finish import finish
-from .prepare import close_meta, open_meta, prepare_folder, record_unsupported, settled_row, variant_env
+from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported, settled_row,
+                      variant_env)
 from .supervise import run_launch
+
+# What the caller does with a stored run before the folder is released (plots, summary, report).
+Finish = Callable[[RunFolder, object], None]
 
 
 def _log_tail(path: Path, lines: int = 6) -> str:
@@ -27,28 +31,30 @@ def _log_tail(path: Path, lines: int = 6) -> str:
 
 def run_suite(suite_path: Path, out_dir: Path | None = None, *, resume: bool = False,
               console=None, show_progress: bool = True, overrides: dict | None = None,
-              force: bool = False, limits=None) -> Path:
+              force: bool = False, limits=None, finish: Finish | None = None) -> Path:
     """Run every Case of a suite; return the run folder. Used by `run` and `accept`.
 
     ``overrides`` (`--set key=value`) replace a key in every benchmark; they are recorded.
     ``force`` lets a --resume continue with settings that differ from the folder's.
-    ``limits`` (a suite.limits.SuiteLimits: `--max-cases`, `--max-ranks`) bound the expansion."""
+    ``limits`` (a suite.limits.SuiteLimits: `--max-cases`, `--max-ranks`) bound the expansion.
+    ``finish(folder, console)`` runs once every row is stored, the folder still locked (rank 0 only
+    inside an MPI job): the caller's plots, summary and report (launch never imports analysis)."""
     if inside_mpi_job():
         from .inprocess import run_suite_inside_mpi
 
         return run_suite_inside_mpi(Path(suite_path), out_dir, resume=resume, overrides=overrides,
-                                    force=force, show_progress=show_progress, limits=limits)
+                                    force=force, show_progress=show_progress, limits=limits, finish=finish)
     suite = load_suite(suite_path, overrides=overrides, limits=limits)
     require_torch_for(suite)
     folder = prepare_folder(suite, out_dir, resume)
     try:
-        return _run_locked(suite, folder, resume, console, show_progress, overrides, force)
+        return _run_locked(suite, folder, resume, console, show_progress, overrides, force, finish)
     finally:
         folder.release()
 
 
 def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: bool,
-                overrides: dict | None, force: bool) -> Path:
+                overrides: dict | None, force: bool, finish: Finish | None) -> Path:
     from ..ui import RunDisplay
 
     meta = open_meta(folder, suite, resume=resume, overrides=overrides, force=force,
@@ -69,7 +75,8 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     close_meta(meta)
     _merge_hosts(folder, meta)
     folder.write_meta(meta)
-    finish(folder, console)
+    if finish is not None:
+        finish(folder, console)
     return folder.path
 
 

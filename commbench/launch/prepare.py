@@ -115,6 +115,18 @@ def overrides_meta(meta: dict, previous: dict, overrides: dict | None) -> None:
                                      + [previous.get("overrides", {})])
 
 
+def param_columns_meta(meta: dict, previous: dict, suite: Suite) -> None:
+    """run.json's ``param_columns``: per family of the suite, its Params (the row columns that are
+    parameters), so readers never import the families; a --resume keeps earlier calls' families."""
+    from ..families import get_family
+
+    earlier = previous.get("param_columns")
+    columns = dict(earlier) if isinstance(earlier, dict) else {}
+    for name in sorted({c.family for c in suite.cases}):
+        columns[name] = list(get_family(name).params)
+    meta["param_columns"] = columns
+
+
 def base_meta(suite: Suite, started: str) -> dict:
     from ..sysinfo import machine
     from .resume_guard import file_sha256
@@ -138,6 +150,7 @@ def open_meta(folder: RunFolder, suite: Suite, *, resume: bool, overrides: dict 
               if previous else None)
     write_plan(folder, suite, resume=resume)
     meta = base_meta(suite, started)
+    param_columns_meta(meta, previous, suite)
     overrides_meta(meta, previous, overrides)
     resume_meta(meta, previous, started)
     if previous.get("forced_resumes") or forced:

@@ -18,7 +18,7 @@ from ..families import get_family
 from ..comm.context import RankContext
 from ..families.base import Case
 from .. import safety
-from ..profile import store as profile_store
+from ..runfolder import timeline_files
 from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
 from ..runfolder import RunFolder, case_row
 from ..runfolder.writer import STORAGE_FULL_EXIT
@@ -185,8 +185,8 @@ def _profile_columns(case: Case, reports: list[dict], ctx: RankContext) -> dict:
     try:
         cols, timeline_rows, case_line = merge_reports(case, reports, launch.offsets() if launch else [])
         if launch is not None and launch.run_dir is not None:
-            profile_store.append_timeline(launch.run_dir, timeline_rows)
-            profile_store.append_case_line(launch.run_dir, case_line)
+            timeline_files.append_timeline(launch.run_dir, timeline_rows)
+            timeline_files.append_case_line(launch.run_dir, case_line)
         return cols
     except Exception as exc:  # noqa: BLE001 - nothing measured may be lost to a profiling problem
         traceback.print_exc()

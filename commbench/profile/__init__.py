@@ -7,5 +7,8 @@
 - ``clock``, ``skew``: rank clocks aligned over MPI; per-iteration start/end on one clock,
   ``skew_us`` and ``late_rank``.
 - ``chrome_trace``, ``timeline``: `commbench trace` (Chrome-trace JSON of all ranks) and the
-  report's per-rank timeline picture.
+  data of the report's per-rank timelines (the report draws them; profile imports no analysis).
+
+What profiling stores in a run folder (timeline.csv, traces/cases.jsonl) is written and read
+through ``commbench.runfolder.timeline_files``.
 """

@@ -18,7 +18,8 @@ import json
 from pathlib import Path
 
 from ..errors import CommbenchError
-from . import nccl_plugin, nccl_records, store
+from . import nccl_plugin, nccl_records
+from ..runfolder import timeline_files
 
 TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
 
@@ -119,12 +120,12 @@ def _nccl_events(tasks, rank: int, common, lanes: _Lanes) -> list[dict]:
 def case_trace(run_dir: Path, case_id: str) -> dict:
     """The Chrome-trace document of one Case (raises TraceError when the run lacks its data)."""
     run_dir = Path(run_dir)
-    lines = store.load_case_lines(run_dir)
+    lines = timeline_files.load_case_lines(run_dir)
     if case_id not in lines:
         raise TraceError(f"{run_dir}: no per-rank data for Case {case_id} (traces/cases.jsonl has "
                          f"{len(lines)} Case(s); per-rank data is written for Cases run by this version)")
     info = lines[case_id]
-    timeline = store.load_timeline(run_dir)
+    timeline = timeline_files.load_timeline(run_dir)
     timeline = timeline[timeline["case_id"] == case_id]
     t0 = info.get("t0_ns")
     events: list[dict] = []
@@ -162,7 +163,7 @@ def case_trace(run_dir: Path, case_id: str) -> dict:
 def write_case_traces(run_dir: Path, case_ids: list[str] | None = None, out: Path | None = None) -> list[Path]:
     """Write traces/chrome/<case_id>.json for the given Cases (default: every Case with per-rank data)."""
     run_dir = Path(run_dir)
-    ids = case_ids or list(store.load_case_lines(run_dir))
+    ids = case_ids or list(timeline_files.load_case_lines(run_dir))
     if not ids:
         raise TraceError(f"{run_dir}: no per-rank data (traces/cases.jsonl) to build traces from")
     written = []

@@ -12,7 +12,7 @@ In every rank::
     report = prof.rank_report(samples, mode)          # picklable; gathered to rank 0
 
 On rank 0: ``columns, timeline_rows, case_line = merge_reports(case, reports, launch.offsets())``;
-the columns go into the row, the rest through :mod:`commbench.profile.store`.
+the columns go into the row, the rest through :mod:`commbench.runfolder.timeline_files`.
 """
 from __future__ import annotations
 

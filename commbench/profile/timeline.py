@@ -1,20 +1,43 @@
-"""The report's "Rank timelines": one iteration of a few Cases drawn per rank, and links to traces.
+"""Per-rank timelines, as data: which Cases to show, one iteration of a Case per rank (with its
+NCCL kernel channels when profiled), and the traces stored beside a run. The report draws them
+(commbench/analysis/report/sections/timelines.py).
 
 A Case is picked when it was profiled, else by the largest ``skew_us`` (the Cases
-where ranks disagreed most). Its drawn iteration is the one whose skew is the
+where ranks disagreed most). Its shown iteration is the one whose skew is the
 median of the Case, so the picture is typical rather than the worst. Each rank
-is a row: the iteration from its start to its end on rank 0's clock, and under
-it, when the Case was profiled with nccl, each kernel channel's span.
+has the iteration from its start to its end on rank 0's clock and, when the Case
+was profiled with nccl, each kernel channel's span.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from . import chrome_trace, store
+from ..runfolder import timeline_files
+from . import chrome_trace
 
 MAX_CASES = 4
+
+
+@dataclass
+class Iteration:
+    """One timed iteration of a Case: each rank's span (``ranks``: rank, start_us, end_us, sorted by
+    rank), the NCCL kernel events that overlap it (Chrome trace events, ``pid`` = rank) and its
+    window ``lo_us`` .. ``hi_us`` on rank 0's clock."""
+
+    case_id: str
+    iteration: int
+    ranks: pd.DataFrame
+    lo_us: float
+    hi_us: float
+    kernels: list[dict] = field(default_factory=list)
+
+    @property
+    def late_rank(self):
+        """The rank that started last."""
+        return self.ranks.loc[self.ranks["start_us"].idxmax(), "rank"]
 
 
 def select_cases(results: pd.DataFrame, timeline: pd.DataFrame, limit: int = MAX_CASES) -> list[str]:
@@ -37,16 +60,14 @@ def typical_iteration(tl: pd.DataFrame) -> int:
     return int(spread.index[len(spread) // 2])
 
 
-def iteration_figure(run_dir: Path, case_id: str, row: dict | None = None):
-    """A matplotlib Figure of one iteration of a Case, per rank; None when there is nothing to draw."""
-    from ..analysis.report.plots import plt
-
-    tl = store.load_timeline(run_dir)
+def typical_iteration_of(run_dir: Path, case_id: str) -> Iteration | None:
+    """The typical iteration of a Case, per rank; None when the run has no timeline for it."""
+    tl = timeline_files.load_timeline(run_dir)
     tl = tl[tl["case_id"] == case_id]
     if tl.empty:
         return None
     it = typical_iteration(tl)
-    sel = tl[tl["iteration"] == it].sort_values("rank")
+    sel = tl[tl["iteration"] == it].sort_values("rank").reset_index(drop=True)
     lo, hi = float(sel["start_us"].min()), float(sel["end_us"].max())
     kernels = []
     try:
@@ -55,60 +76,16 @@ def iteration_figure(run_dir: Path, case_id: str, row: dict | None = None):
                    and e["ts"] < hi and e["ts"] + e["dur"] > lo]
     except chrome_trace.TraceError:
         pass
-    ranks = list(sel["rank"])
-    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.45 * len(ranks)))
-    late = sel.loc[sel["start_us"].idxmax(), "rank"]
-    for y, r in enumerate(ranks):
-        rr = sel[sel["rank"] == r].iloc[0]
-        color = "#c44e52" if r == late and len(ranks) > 1 else "#4c72b0"
-        ax.broken_barh([(rr.start_us - lo, rr.end_us - rr.start_us)], (y - 0.3, 0.36), color=color)
-        ks = [(k["ts"] - lo, k["dur"]) for k in kernels if k["pid"] == r]
-        if ks:
-            ax.broken_barh(ks, (y + 0.1, 0.2), color="#55a868", alpha=0.6)
-    ax.set_yticks(range(len(ranks)))
-    ax.set_yticklabels([f"rank {r}" for r in ranks])
-    ax.invert_yaxis()
-    ax.set_xlabel(f"us from the earliest start of iteration {it} (rank 0's clock)")
-    what = ""
-    if row is not None:
-        what = f"{row.get('op', '')} {row.get('backend', '')} size {row.get('size_bytes', '')} B: "
-    ax.set_title(f"{what}case {case_id}, iteration {it}; last to start: rank {late}"
-                 + ("; green: NCCL kernel channels" if kernels else ""), fontsize=9)
-    ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return Iteration(case_id, it, sel, lo, hi, kernels)
 
 
-def add_section(doc, runs) -> None:
-    """Append "Rank timelines" (pictures) and "Traces" (links) for runs that have per-rank data."""
-    from ..analysis.report.document import Link
-    from ..analysis.report.plots import figure_png
-
-    sec = None
-    for run in runs:
-        tl = store.load_timeline(run.path)
-        ids = select_cases(run.results, tl)
-        traces = _trace_links(run)
-        if not ids and not traces:
-            continue
-        if sec is None:
-            sec = doc.section("Rank timelines")
-            sec.text("Each rank's start and end of one timed iteration on rank 0's clock (offsets measured "
-                     "over MPI; docs/profiling.md). Red: the rank that started last. Columns skew_us and "
-                     "late_rank summarise every iteration. `commbench trace RUN --case ID` writes the whole "
-                     "Case as a Chrome trace.")
-        sub = sec.sub(run.label) if len(runs) > 1 else sec
-        by_id = run.results.set_index(run.results["case_id"].astype(str)).to_dict("index") if ids else {}
-        for cid in ids:
-            fig = iteration_figure(run.path, cid, by_id.get(cid))
-            if fig is not None:
-                sub.image(figure_png(fig), f"timeline of case {cid}", f"timeline-{run.label}-{cid}.png")
-        for cid, label, rel in traces:
-            sub.items.append(Link(f"{label} trace of case {cid}", str(Path(run.path.name) / rel)
-                                  if len(runs) > 1 else rel))
+def shown_cases(run) -> list[str]:
+    """The Cases of a run (runfolder.reader.Run) whose timelines are worth showing."""
+    return select_cases(run.results, timeline_files.load_timeline(run.path))
 
 
-def _trace_links(run) -> list[tuple[str, str, str]]:
+def trace_links(run) -> list[tuple[str, str, str]]:
+    """(case_id, kind, path relative to the run folder) of every trace stored in a run."""
     out = []
     df = run.results
     if "trace" in df.columns:

@@ -16,7 +16,7 @@ from array import array
 from pathlib import Path
 
 from ..errors import RunFolderError, preview
-from .schema import COLUMNS, STATUSES
+from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
 
 MAX_FILE_BYTES = 256 * 1024 * 1024     # COMMBENCH_MAX_RUN_FILE_BYTES lifts it
 SIZE_VAR = "COMMBENCH_MAX_RUN_FILE_BYTES"
@@ -172,4 +172,22 @@ def read_meta_text(path: Path) -> dict:
         raise RunFolderError(f"cannot read {path}: nested too deeply") from None
     if not isinstance(meta, dict):
         raise RunFolderError(f"{path}: expected a JSON object, got {type(meta).__name__}")
+    check_meta(path, meta)
     return meta
+
+
+def check_meta(path: Path, meta: dict) -> None:
+    """The run.json keys a reader relies on: ``schema_version`` not newer than this reader's (a newer
+    writer may store what this one would misread), ``param_columns`` a map of family -> names."""
+    version = meta.get("schema_version", SCHEMA_VERSION)   # run.json has always had it; absent = ours
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise RunFolderError(f"{path}: schema_version {preview(version)} is not a positive integer")
+    if version > SCHEMA_VERSION:
+        raise RunFolderError(f"{path}: schema_version {version} is newer than this commbench reads "
+                             f"(schema_version {SCHEMA_VERSION}): read the folder with the commbench that "
+                             "wrote it, or upgrade commbench")
+    params = meta.get("param_columns")
+    if params is not None and not (isinstance(params, dict) and all(
+            isinstance(v, list) and all(isinstance(n, str) for n in v) for v in params.values())):
+        raise RunFolderError(f"{path}: param_columns {preview(params)} is not a map of family names to "
+                             "lists of column names")

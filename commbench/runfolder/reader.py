@@ -1,7 +1,8 @@
 """The one reader of stored run folders (results.csv, samples.csv, run.json), used by `run`'s
 summary and plots, report, compare and accept alike, so every reader sees the same values:
 numeric columns are numbers (an empty cell is NaN), text columns are strings ("" when empty),
-an empty ``wrong`` is 0, and samples carry SAMPLE_COLUMNS."""
+an empty ``wrong`` is 0, and samples carry SAMPLE_COLUMNS. A folder whose run.json has a newer
+``schema_version`` than this reader's is refused (RunFolderError)."""
 from __future__ import annotations
 
 import io
@@ -11,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 
 from . import check
-from .schema import NUMERIC, SAMPLE_COLUMNS, TEXT
+from .schema import LEGACY_PARAM_COLUMNS, NUMERIC, SAMPLE_COLUMNS, TEXT
 from .writer import RunFolderError, is_run_folder, read_meta
 
 __all__ = ["Run", "RunFolderError", "is_run_folder", "iteration_times", "load", "load_run",
-           "load_samples", "read_meta"]
+           "load_samples", "param_columns", "read_meta"]
 
 
 @dataclass
@@ -30,6 +31,21 @@ class Run:
     @property
     def label(self) -> str:
         return self.path.name
+
+    @property
+    def param_columns(self) -> list[str]:
+        return param_columns(self.meta, self.results.columns)
+
+
+def param_columns(meta: dict, columns) -> list[str]:
+    """The run's parameter columns its rows hold: run.json's ``param_columns`` (every family's
+    Params, recorded at run time), or for a folder written before run.json had that key,
+    LEGACY_PARAM_COLUMNS (the parameters of that time), in either case those among ``columns``."""
+    recorded = meta.get("param_columns")
+    names = ([n for family in recorded.values() for n in family] if isinstance(recorded, dict)
+             else LEGACY_PARAM_COLUMNS)
+    present = set(columns)
+    return [n for n in dict.fromkeys(names) if n in present]
 
 
 def _read_csv(path: Path, required: tuple[str, ...]):
@@ -49,10 +65,19 @@ def _read_csv(path: Path, required: tuple[str, ...]):
 def load(path) -> pd.DataFrame:
     """The rows of a run folder (results.csv; columns: docs/results.md)."""
     path = Path(path)
+    _require_folder(path)
+    read_meta(path)   # refuses a folder of a newer schema_version before reading its rows
+    return _rows(path)
+
+
+def _require_folder(path: Path) -> None:
     if not is_run_folder(path):
         raise RunFolderError(
             f"{path} is not a run folder: expected a directory holding results.csv "
             "(as written by `commbench run`, see docs/results.md).")
+
+
+def _rows(path: Path) -> pd.DataFrame:
     results, lines = _read_csv(path / "results.csv", check.RESULT_REQUIRED)
     check.check_results(path / "results.csv", results, lines, NUMERIC)
     check.check_against_jsonl(path, results)
@@ -85,8 +110,9 @@ def load_samples(path) -> pd.DataFrame:
 def load_run(path) -> Run:
     """Load a run folder; raise RunFolderError with a readable message if it is not one."""
     path = Path(path)
-    results = load(path)
-    return Run(path=path, results=results, samples=load_samples(path), meta=read_meta(path))
+    _require_folder(path)
+    meta = read_meta(path)   # first: a newer schema_version is refused before anything is read
+    return Run(path=path, results=_rows(path), samples=load_samples(path), meta=meta)
 
 
 def iteration_times(samples: pd.DataFrame) -> pd.DataFrame:

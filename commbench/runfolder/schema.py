@@ -2,6 +2,7 @@
 columns, the statuses, which columns are numbers, and the row of a Case before it is measured."""
 from __future__ import annotations
 
+# Readers refuse a run folder whose run.json holds a newer schema_version (docs/results.md).
 SCHEMA_VERSION = 1
 
 COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "dtype",
@@ -11,6 +12,22 @@ COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "d
 # Columns some families add, named in docs/results.md (an acceptance rule may name them: on a
 # run without them it simply matches no rows).
 FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks_per_gpu"]
+# The parameter columns of run folders whose run.json predates `param_columns` (every family
+# parameter commbench had then): a reader takes those of them the rows hold, and never asks the
+# families, so an old folder reads the same whatever families this commbench has.
+LEGACY_PARAM_COLUMNS = (
+    "allow_multicast", "num_ctas", "threads_per_cta", "peer_memory",                         # allreduce
+    "in_place", "reduce_op", "timed_loop", "buffer_span_bytes",                              # collectives
+    "victim_rank", "spin_ns_per_byte", "slow_pct",                                           # harness
+    "gemm_m", "gemm_n", "gemm_k",                                                            # interference
+    "hidden", "topk", "experts", "routing", "seed", "n_group", "topk_group", "zipf_s",       # moe
+    "num_sms", "max_tokens", "model", "phase", "tokens", "intermediate", "overlap", "gemm",
+    "threads", "scope", "nbi", "direction", "reps", "allow_limited_mpg",                     # nvshmem
+    "executor", "proxy_threads", "warps_per_cta", "batch", "cmds_per_producer",              # proxy
+    "chunk_bytes", "ring_slots", "ce_batch", "timeout_ms", "cpu_affinity", "inject_stall_after",
+    "ffn", "heads", "kv_heads", "head_dim", "tokens_per_rank", "seq_len", "layers",           # training
+    "reshard_after_forward", "prefetch", "replicate", "reduce_dtype", "bucket_params",
+    "overlap_grad_reduce", "overlap_param_gather", "sequence_parallel", "cp_comm", "cp_a2a_size", "fault")
 TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_max"]   # lower is better
 SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
 STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")

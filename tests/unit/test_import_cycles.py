@@ -103,8 +103,6 @@ def test_no_import_cycle():
 # Empty this as the branches that remove them merge: an entry whose pair no longer imports both ways
 # fails test_allowed_package_pairs_are_still_needed. Any pair not named here fails the check.
 TO_BE_REMOVED: dict[frozenset, str] = {
-    frozenset({"analysis", "profile"}): "profile's timeline draws with analysis.report; accept reads profile.skew",
-    frozenset({"analysis", "launch"}): "launch/finish.py builds the report; analysis/commands.py starts runs",
     # Not yet assigned: measure/runner.py looks families up by name and takes Case from
     # families/base.py, while every family stands on measure/ (state, device, native loops).
     frozenset({"families", "measure"}): "the runner finds families through the registry",
@@ -153,3 +151,34 @@ def test_the_package_check_fails_on_a_new_pair():
     packages["world"] = packages["world"] | {"launch"}   # the ground floor reaching up
     pruned = {a: {b for b in deps if frozenset({a, b}) not in TO_BE_REMOVED} for a, deps in packages.items()}
     assert any("world" in comp and "launch" in comp for comp in _cycles(pruned))
+
+
+def _importers_of(package: str, graph: dict[str, set[str]]) -> set[str]:
+    """Modules outside ``package`` that import a module of it (deferred imports included)."""
+    inside = lambda m: m == package or m.startswith(package + ".")   # noqa: E731
+    return {m for m, deps in graph.items() if not inside(m) and any(inside(d) for d in deps)}
+
+
+def test_only_the_cli_imports_analysis():
+    """analysis (report, compare, accept) sits on top: launch runs a suite and hands the stored run to
+    the caller's finish, profile keeps data functions the report draws; neither imports analysis."""
+    assert _importers_of("commbench.analysis", _edges(_modules())) == {"commbench.cli"}
+
+
+def test_the_report_does_not_import_the_families():
+    """Parameter columns come from run.json (param_columns), never from importing every family."""
+    graph = _edges(_modules())
+    report = {m: deps for m, deps in graph.items() if m.startswith("commbench.analysis.report")}
+    assert len(report) > 5
+    assert {m: sorted(d for d in deps if d.startswith("commbench.families"))
+            for m, deps in report.items() if any(d.startswith("commbench.families") for d in deps)} == {}
+
+
+def test_runfolder_imports_nothing_above_it():
+    """runfolder is the one reader and writer of run-folder files: the layers above call it."""
+    graph = _edges(_modules())
+    above = ("commbench.analysis", "commbench.profile", "commbench.measure", "commbench.launch",
+             "commbench.families")
+    assert {m: sorted(d for d in deps if d.startswith(above))
+            for m, deps in graph.items() if m.startswith("commbench.runfolder")
+            and any(d.startswith(above) for d in deps)} == {}

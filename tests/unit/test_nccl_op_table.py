@@ -64,7 +64,8 @@ def test_loading_with_a_python_only_row_fails_loudly(lib, monkeypatch):
     monkeypatch.setitem(OPS, "gatherv", OPS["gather"])
     nccl_enqueue._library.cache_clear()
     try:
-        with pytest.raises(nccl_enqueue.OpTableMismatch, match="in ops.OPS but not in kernels/nccl_enqueue.cu: gatherv"):
+        with pytest.raises(nccl_enqueue.OpTableMismatch,
+                           match="in ops.OPS but not in kernels/nccl_enqueue.cu: gatherv"):
             nccl_enqueue._library()
     finally:
         nccl_enqueue._library.cache_clear()

@@ -7,7 +7,6 @@ import pytest
 
 from commbench.errors import SkipCase
 from commbench.families import get_family
-from commbench.comm.context import RankContext
 from commbench.families.base import Case
 from commbench.comm import nvshmem as boot
 from commbench.families.nvshmem import coll, p2p

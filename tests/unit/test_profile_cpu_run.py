@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
-from commbench.profile import store
+from commbench.runfolder import timeline_files as store
 from commbench.runfolder.reader import load
 from tests.conftest import needs_mpi
 from tests.unit.trace_format import validate_chrome_trace

@@ -11,7 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
-from commbench.profile import chrome_trace, nccl_records, plugin_build, store, timeline
+from commbench.analysis.report.sections.timelines import iteration_figure
+from commbench.profile import chrome_trace, nccl_records, plugin_build
+from commbench.runfolder import timeline_files as store
 from commbench.runfolder.schema import COLUMNS
 from tests.unit.trace_format import validate_chrome_trace
 
@@ -79,7 +81,7 @@ def test_trace_command_writes_it_and_the_report_picture_shows_kernels(nccl_run):
     res = CliRunner().invoke(cli, ["trace", str(nccl_run), "--case", "warmup", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert validate_chrome_trace(json.loads(out.read_text())) == []
-    fig = timeline.iteration_figure(nccl_run, "warmup")
+    fig = iteration_figure(nccl_run, "warmup")
     assert fig is not None and "NCCL kernel channels" in fig.axes[0].get_title()
 
 
@@ -105,7 +107,7 @@ def test_the_validator_catches_broken_traces():
 
 def test_a_cut_timeline_line_is_dropped_before_the_next_append(tmp_path):
     """A full disk cut timeline.csv mid-line; the next append must not glue onto it."""
-    from commbench.profile import store
+    from commbench.runfolder import timeline_files as store
 
     row = {"case_id": "a", "rank": 0, "host": "h", "iteration": 0, "start_us": 0.0, "end_us": 1.0,
            "source": "host", "kernel_us": ""}

@@ -1,7 +1,12 @@
 """RunFolder storage: results.jsonl is the record, results.csv its latest-row-per-Case mirror."""
 import csv
+from pathlib import Path
+
+import pytest
 
 from commbench.runfolder import COLUMNS, RunFolder
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 
 
 def row(cid, status="ok", **extra):
@@ -158,3 +163,86 @@ def test_resume_meta_keeps_the_first_start_and_earlier_launches_and_overrides():
     resume_meta(fresh, {}, "T2")
     overrides_meta(fresh, {}, None)
     assert fresh == {"started_utc": "T2", "launches": [], "overrides": {}}
+
+
+def test_param_columns_meta_records_each_family_of_the_suite_and_keeps_earlier_ones():
+    from types import SimpleNamespace
+
+    from commbench.families import get_family
+    from commbench.launch.prepare import param_columns_meta
+
+    suite = SimpleNamespace(cases=[SimpleNamespace(family="proxy"), SimpleNamespace(family="collectives")])
+    meta = {}
+    param_columns_meta(meta, {"param_columns": {"harness": ["victim_rank"]}}, suite)
+    assert meta["param_columns"] == {"harness": ["victim_rank"],
+                                     "collectives": list(get_family("collectives").params),
+                                     "proxy": list(get_family("proxy").params)}
+    assert "executor" in meta["param_columns"]["proxy"]
+
+
+def _copy_with_meta(tmp_path, **keys):
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "cpu-base", run)
+    meta = json.loads((run / "run.json").read_text())
+    meta.update(keys)
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_a_folder_of_a_newer_schema_version_is_refused_by_every_reader(tmp_path):
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+    from commbench.runfolder import SCHEMA_VERSION
+    from commbench.runfolder.reader import RunFolderError, load, load_run, read_meta
+
+    run = _copy_with_meta(tmp_path, schema_version=SCHEMA_VERSION + 1)
+    for read in (load, load_run, read_meta):
+        with pytest.raises(RunFolderError, match=rf"schema_version {SCHEMA_VERSION + 1} is newer than this "
+                                                 rf"commbench reads \(schema_version {SCHEMA_VERSION}\)"):
+            read(run)
+    for args in (["report", str(run)], ["compare", str(RUNS / "cpu-base"), str(run)]):
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code == 2, res.output
+        assert f"schema_version {SCHEMA_VERSION + 1} is newer" in res.output
+        assert "Traceback" not in res.output
+    assert not (run / "report.html").exists()
+
+
+def test_an_equal_or_older_schema_version_is_read(tmp_path, monkeypatch):
+    from commbench.runfolder import check
+    from commbench.runfolder.reader import RunFolderError, load_run
+
+    assert load_run(_copy_with_meta(tmp_path, schema_version=check.SCHEMA_VERSION)).meta["schema_version"] == 1
+    monkeypatch.setattr(check, "SCHEMA_VERSION", 3)   # a later reader reads this version-1 folder
+    assert len(load_run(RUNS / "cpu-base").results) > 0
+    with pytest.raises(RunFolderError, match="schema_version 4 is newer"):
+        load_run(_copy_with_meta(tmp_path / "b", schema_version=4))
+
+
+@pytest.mark.parametrize("value", ["2", 1.5, True, 0, None])
+def test_a_schema_version_that_is_not_a_positive_integer_is_refused(tmp_path, value):
+    from commbench.runfolder.reader import RunFolderError, load_run
+
+    with pytest.raises(RunFolderError, match="schema_version .* is not a positive integer"):
+        load_run(_copy_with_meta(tmp_path, schema_version=value))
+
+
+def test_param_columns_come_from_run_json_and_old_folders_fall_back_to_the_legacy_set(tmp_path):
+    from commbench.runfolder.reader import RunFolderError, load_run, param_columns
+    from commbench.runfolder.schema import LEGACY_PARAM_COLUMNS
+
+    old = load_run(RUNS / "cpu-base")   # written before run.json had param_columns
+    assert "param_columns" not in old.meta
+    assert old.param_columns == [c for c in LEGACY_PARAM_COLUMNS if c in old.results.columns]
+    assert "in_place" in old.param_columns and "status" not in old.param_columns
+    new = load_run(_copy_with_meta(tmp_path, param_columns={"collectives": ["knob", "in_place"],
+                                                            "harness": ["in_place", "dtype"]}))
+    assert new.param_columns == ["in_place", "dtype"]   # recorded, present in the rows, once each
+    assert param_columns({"param_columns": {"x": ["knob"]}}, ["knob", "op"]) == ["knob"]
+    assert "knob" not in LEGACY_PARAM_COLUMNS
+    with pytest.raises(RunFolderError, match="param_columns .* is not a map of family names"):
+        load_run(_copy_with_meta(tmp_path / "bad", param_columns=["in_place"]))

@@ -1,5 +1,5 @@
-"""The report's MoE layer section: per model and phase, a bar per backend split into
-dispatch / experts / combine (each timed alone), with the two-batch overlapped
+"""The MoE layer view (the report's section: sections/moe_layer.py): per model and phase, a bar per
+backend split into dispatch / experts / combine (each timed alone), with the two-batch overlapped
 layer time beside it, and the table the bars are drawn from."""
 from __future__ import annotations
 
@@ -126,20 +126,3 @@ def layer_figure(df: pd.DataFrame):
     fig.tight_layout()
     return fig
 
-
-def add_section(doc, df: pd.DataFrame) -> None:
-    """The 'MoE layer' section, only when the runs hold layer rows."""
-    from .plots import figure_png
-
-    table = layer_table(df)
-    if table.empty:
-        return
-    sec = doc.section("MoE layer")
-    sec.text("Per model and phase, a bar per all2all backend: dispatch, experts and combine, "
-             "each timed alone (stacked; the black mark is the serial layer), and beside it the "
-             "layer with two-batch overlap (one micro-batch's dispatch overlapping the other's "
-             "experts). comm_share = (dispatch + combine) / layer; overlap_gain = serial_us / "
-             "layer_us; tokens_per_s per rank. Only ok rows.")
-    fig = layer_figure(df)
-    sec.image(figure_png(fig) if fig is not None else None, "MoE layer breakdown", "moe_layer.png")
-    sec.table(table)

@@ -36,20 +36,12 @@ def ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     return out[pd.to_numeric(out["size_bytes"], errors="coerce").notna()]
 
 
-def _family_params() -> list[str]:
-    """Every family parameter (e.g. the proxy's executor): a sweep over one splits the lines."""
-    from commbench.families import all_families
-
-    names: list[str] = []
-    for fam in all_families().values():
-        names += [p for p in fam.params if p not in names and p != "in_place"]
-    return names
-
-
-def line_columns(df: pd.DataFrame) -> list[str]:
-    """The columns that define one line: (backend, variant) plus whatever else varies."""
+def line_columns(df: pd.DataFrame, params=()) -> list[str]:
+    """The columns that define one line: (backend, variant) plus whatever else varies, among
+    LINE_COLUMNS and the runs' parameter columns ``params`` (e.g. the proxy's executor: a sweep
+    over one splits the lines; reader.param_columns names them from run.json)."""
     cols = [c for c in BASE_LABEL if c in df.columns]
-    for c in (*LINE_COLUMNS, *_family_params()):
+    for c in (*LINE_COLUMNS, *params):
         if c in df.columns and c not in cols and df[c].astype(str).nunique() > 1:
             cols.append(c)
     return cols
@@ -112,8 +104,9 @@ def _colors(labels: list[str]) -> dict[str, object]:
     return {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
 
 
-def metric_figure(df: pd.DataFrame, metric: str, title: str = ""):
-    """One figure: a panel per op, a line per distinct line key. Returns a Figure or None.
+def metric_figure(df: pd.DataFrame, metric: str, title: str = "", params=()):
+    """One figure: a panel per op, a line per distinct line key (``params``: line_columns).
+    Returns a Figure or None.
 
     Up to LEGEND_INSIDE_MAX lines a panel carries its own legend; with more, one legend for the
     whole figure sits right of the panels, so it never covers a curve."""
@@ -129,7 +122,7 @@ def metric_figure(df: pd.DataFrame, metric: str, title: str = ""):
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
     ylabel = METRICS.get(metric, (metric, ""))[0]
     panels = []
-    cols = line_columns(rows)   # one labelling for the figure: a line is named alike in every panel
+    cols = line_columns(rows, params)   # one labelling for the figure: a line is named alike in every panel
     for op in ops:
         sub = rows[rows["op"].astype(str) == op]
         lines = []
@@ -180,12 +173,15 @@ def figure_png(fig) -> bytes:
 
 def write_run_plots(df: pd.DataFrame, out_dir: Path, meta: dict | None = None) -> list[Path]:
     """Write busbw-vs-size and time-vs-size PNGs for the ok rows of a run; return the paths.
-    ``meta`` (run.json) gives the title its hosts and date."""
+    ``meta`` (run.json) gives the title its hosts and date, and the lines their parameter columns."""
+    from commbench.runfolder.reader import param_columns
+
     out_dir = Path(out_dir)
     written: list[Path] = []
     title = plot_title(df, [meta] if meta else [])
+    params = param_columns(meta or {}, df.columns)
     for metric, (_label_txt, filename) in METRICS.items():
-        fig = metric_figure(df, metric, title)
+        fig = metric_figure(df, metric, title, params)
         if fig is None:
             continue
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""Rank 0 stores what profiling found beside the rows: timeline.csv and traces/cases.jsonl.
+"""The writer and reader of what profiling stores beside the rows: timeline.csv and
+traces/cases.jsonl (rank 0 appends through here; `trace` and the report read through here).
 
 - ``timeline.csv``: case_id, rank, host, iteration, start_us, end_us, source, kernel_us: each
   rank's start and end of each timed iteration on rank 0's clock, relative to the Case's

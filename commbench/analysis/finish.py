@@ -1,4 +1,7 @@
-"""The end of a run: plots, the summary table and the report, built only from stored rows."""
+"""The end of a run: plots, the summary table and the report, built only from stored rows.
+
+`run` and `accept` pass ``finish`` to ``launch.orchestrate.run_suite``, which calls it once every
+row is stored (the folder still locked; rank 0 only inside an MPI job)."""
 from __future__ import annotations
 
 from ..runfolder import RunFolder
@@ -13,14 +16,14 @@ def finish(folder: RunFolder, console) -> None:
     plots = []
     if df is not None and len(df):
         try:
-            from ..analysis.report.plots import write_run_plots
+            from .report.plots import write_run_plots
 
             plots = write_run_plots(df, folder.path / "plots", folder.read_meta())
         except ImportError:
             plots = []
     print_summary(console, df, folder.path, plots)
     if df is not None and len(df):
-        from ..analysis.report.build import write_report
+        from .report.build import write_report
 
         html_path, md_path = write_report([folder.path])
         (console or _stderr_console()).print(f"report:  {html_path} (and {md_path.name})")
