@@ -21,7 +21,7 @@ from pathlib import Path  # noqa: E402
 
 from .families.base import Case  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
-from .measure.runner import Progress, run_cases  # noqa: E402
+from .runner import Progress, run_cases  # noqa: E402
 from .safety import active_kill_switches  # noqa: E402
 from .world import build_world  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import CommbenchError
 from ..runfolder import RunFolder
-from ..measure.runner import Progress, run_cases
+from ..runner import Progress, run_cases
 from ..suite import load_suite
 from ..world import build_world, slurm_step_tasks
 from .extras import require_torch_for

@@ -28,8 +28,7 @@ def open_rank(needs_gpu: bool = True, world=None) -> RankContext:
         world = build_world()
     binding = device.bind(world, needs_gpu)
     ctx = RankContext(world=world, device=binding.device, ranks_per_gpu=binding.ranks_per_gpu)
-    from ..profile.hooks import LaunchProfiling
-    from .runner import PROFILE_KEY
+    from ..profile.hooks import PROFILE_KEY, LaunchProfiling
 
     ctx.cache[PROFILE_KEY] = LaunchProfiling(world, None)   # rank clocks aligned, as in a launch
     return ctx

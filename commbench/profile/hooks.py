@@ -27,6 +27,8 @@ from .torch_trace import TorchCapture
 MODES = ("torch", "nccl")
 
 
+PROFILE_KEY = "profile.launch"   # ctx.cache: the launch's LaunchProfiling (clock offsets, run folder)
+
 def case_profile_mode(case) -> str:
     """The Case's profile mode ("" when not profiled)."""
     return getattr(case, "profile", "") or ""

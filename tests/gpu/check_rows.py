@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from commbench.analysis.rehearsal import ranks_per_gpu
-from commbench.measure.runner import CPU_BACKENDS  # rows without a GPU
+from commbench.runner import CPU_BACKENDS  # rows without a GPU
 
 
 def _selector(text: str) -> list[tuple[str, str]]:

@@ -1,7 +1,7 @@
 """allreduce family on a GPU machine: correctness with several ranks sharing one GPU.
 
 Run with pytest; each test starts this file under mpirun as a small driver
-that measures each Case through the runner (commbench.measure.runner.measure_case:
+that measures each Case through the runner (commbench.runner.measure_case:
 set-up, warm-up, timed batch, check, teardown) and asserts on the rows it prints.
 Set COMMBENCH_GPU_OUT=<dir> to keep the rows (JSON lines) and NCCL's debug logs.
 Several ranks on one GPU prove correctness, not speed; NCCL refuses two ranks on one GPU,
@@ -147,7 +147,7 @@ def test_multicast_cases_are_skipped_with_the_kill_switch_reason():
 
 def _measure(case, ctx) -> dict:
     """The runner's own path for one Case (measure_case: set-up, warm-up, timed batch, check)."""
-    from commbench.measure.runner import measure_case
+    from commbench.runner import measure_case
 
     row, _ = measure_case(case, ctx, "gpu-test")
     row["ranks"] = ctx.world.size

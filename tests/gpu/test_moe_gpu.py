@@ -30,7 +30,7 @@ def make_case(op, backend, dtype, tokens, params, ranks, iters=10):
 
 def measure(case: Case, ctx: RankContext) -> dict:
     """The runner's own path for one Case (measure_case); the row on rank 0, status on every rank."""
-    from commbench.measure.runner import measure_case
+    from commbench.runner import measure_case
 
     row, _ = measure_case(case, ctx, "gpu-test")
     row = {k: v for k, v in row.items() if v is not None}

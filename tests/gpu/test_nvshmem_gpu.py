@@ -54,7 +54,7 @@ def make_case(op, backend, dtype, size, params, timing="auto"):
 
 @pytest.mark.parametrize("op,backend,dtype,size,params", OPS, ids=lambda v: str(v))
 def test_op_runs_and_checks(ctx, op, backend, dtype, size, params):
-    from commbench.measure.runner import measure_case
+    from commbench.runner import measure_case
 
     row, samples = measure_case(make_case(op, backend, dtype, size, params), ctx, "log")
     assert row["status"] == "ok", row["reason"]
@@ -80,7 +80,7 @@ def test_check_detects_corruption(ctx):
 
 
 def test_graph_timing_for_put(ctx):
-    from commbench.measure.runner import measure_case
+    from commbench.runner import measure_case
 
     row, _ = measure_case(make_case("put", "nvshmem", "float32", 1 << 16, {}, timing="graph"), ctx, "log")
     assert row["status"] == "ok", row["reason"]

@@ -42,7 +42,7 @@ def ctx() -> RankContext:
 
 def measure(op, backend, size, warmup=3, iters=20, **params) -> dict:
     """The runner's own path (measure_case: set-up, timing, check, teardown); the row goes to OUT."""
-    from commbench.measure.runner import measure_case
+    from commbench.runner import measure_case
 
     fam = get_family("proxy")
     case = make_case(op, backend, size, warmup, iters, **params)

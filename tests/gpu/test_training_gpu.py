@@ -55,7 +55,7 @@ def plan(ranks: int) -> list[tuple[Case, bool]]:
 def measure(case: Case, ctx: RankContext) -> dict:
     """The runner's own path for one Case (measure_case: set-up, timing, check, teardown); rank 0's
     row (every rank returns its status)."""
-    from commbench.measure.runner import measure_case
+    from commbench.runner import measure_case
 
     row, samples = measure_case(case, ctx, "gpu-test")
     row = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items() if v is not None}

@@ -30,7 +30,7 @@ def main(out_path: str) -> int:
     import test_moe_layer_gpu
     import test_proxy_gpu
     import test_training_gpu
-    from commbench.measure.runner import measure_case
+    from commbench.runner import measure_case
     from commbench.measure.standalone import close_rank
 
     rows = []

@@ -87,7 +87,7 @@ def test_flipping_a_set_switch_is_a_skipped_case(tmp_path, monkeypatch, how):
 
 def test_a_rank_whose_launch_said_nothing_refuses(monkeypatch):
     """A rank that lost the launch's record of the switches cannot vouch for them."""
-    from commbench.measure import runner
+    from commbench import runner
 
     class OneRank:
         size, rank = 1, 0

@@ -99,14 +99,10 @@ def test_no_import_cycle():
     assert _cycles(_edges(_modules())) == []
 
 
-# Package pairs that still import each other, each being taken apart in the same change (issue 29).
-# Empty this as the branches that remove them merge: an entry whose pair no longer imports both ways
-# fails test_allowed_package_pairs_are_still_needed. Any pair not named here fails the check.
-TO_BE_REMOVED: dict[frozenset, str] = {
-    # Not yet assigned: measure/runner.py looks families up by name and takes Case from
-    # families/base.py, while every family stands on measure/ (state, device, native loops).
-    frozenset({"families", "measure"}): "the runner finds families through the registry",
-}
+# Package pairs allowed to import each other while one is being taken apart, each with the reason
+# (docs/design.md names them). None today: an entry whose pair no longer imports both ways fails
+# test_allowed_package_pairs_are_still_needed, and any pair not named here fails the check.
+TO_BE_REMOVED: dict[frozenset, str] = {}
 
 
 def package_of(module: str) -> str:

@@ -9,13 +9,9 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "commbench"
 FAMILIES = "commbench.families"
 
-# (importing family, imported module or package, why it is still allowed). Temporary: each
-# names the step that removes it, and the test fails once it is no longer used.
-EXCEPTIONS = (
-    ("moe", "commbench.families.nvshmem",
-     "moe_ll over NVSHMEM starts NVSHMEM through the nvshmem family's boot and labels its "
-     "transport with it, until NVSHMEM start-up moves to comm/nvshmem.py"),
-)
+# (importing family, imported module or package, why it is still allowed): none today. An entry
+# would name the step that removes it, and the test fails once it is no longer used.
+EXCEPTIONS: tuple[tuple[str, str, str], ...] = ()
 
 
 def _module_name(path: Path, root: Path) -> str:

@@ -4,7 +4,7 @@ runner does not call it between Cases (its device buffers stayed, Case after Cas
 import gc
 import weakref
 
-from commbench.measure import runner
+from commbench import runner
 from commbench.measure.state import CaseState
 
 

@@ -12,22 +12,20 @@ import time
 import traceback
 from pathlib import Path
 
-from .. import metrics
-from ..errors import SkipCase, StorageFull
-from ..families import get_family
-from ..comm.context import RankContext
-from ..families.base import Case
-from .. import safety
-from ..runfolder import timeline_files
-from ..profile.hooks import CaseProfiler, LaunchProfiling, merge_reports
-from ..runfolder import RunFolder, case_row
-from ..runfolder.writer import STORAGE_FULL_EXIT
-from ..world import World
-from . import device as device_binding
-from . import native_loop, timing
-from .state import CaseState
-
-PROFILE_KEY = "profile.launch"   # ctx.cache: the launch's LaunchProfiling (clock offsets, run folder)
+from . import metrics
+from .errors import SkipCase, StorageFull
+from .families import get_family
+from .comm.context import RankContext
+from .families.base import Case
+from . import safety
+from .runfolder import timeline_files
+from .profile.hooks import PROFILE_KEY, CaseProfiler, LaunchProfiling, merge_reports
+from .runfolder import RunFolder, case_row
+from .runfolder.writer import STORAGE_FULL_EXIT
+from .world import World
+from .measure import device as device_binding
+from .measure import native_loop, timing
+from .measure.state import CaseState
 
 
 class _PhaseFailed(Exception):
