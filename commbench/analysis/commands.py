@@ -99,10 +99,10 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     side, `compare B1 B2 vs N1 N2`. A folder written by `run --repeat N` counts as its N runs.
     Ratios are NEW/BASE; verdicts weigh each change against the point's noise."""
     from ..sysinfo.load import describe
-    from .compare import (FAIL_COLUMNS, CompareSettings, compare_document, compare_runs, failing_points,
-                          noise_note, summarize)
-    from .report import markdown
-    from .runsets import load_side, split_sides
+    from .compare import CANT_TELL, CompareSettings, compare_runs, failing_points
+    from .compare_summary import compare_document, point_lines, terminal_summary
+    from .runsets import load_side, side_label, split_sides
+    from .text_table import text_table
 
     if not (math.isfinite(threshold_pct) and threshold_pct >= 0) or not 0 < alpha < 1:
         raise CommbenchError(f"--threshold must be a finite number >= 0 and --alpha in (0, 1); got "
@@ -115,32 +115,36 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     settings = CompareSettings(threshold_pct=threshold_pct, alpha=alpha, correction=correction)
     points = compare_runs(b, n, settings)
     warnings = [w for w in (describe(str(r.path), r.meta) for r in b + n) if w]
-    click.echo(markdown.table_md(summarize(points)) if not points.empty else "no points to compare")
+    click.echo(f"compare {side_label(b)} -> {side_label(n)}")
+    click.echo("\n".join(terminal_summary(points, settings, fail_above_pct)))
     if not points.empty:
-        click.echo(noise_note(points, settings))
         shared = points[points["why"].astype(str).str.contains("shared one GPU", regex=False)]
         if len(shared):   # say why, not only "not comparable"
             click.echo(f"{len(shared)} point(s) not comparable: {shared['why'].iloc[0]}", err=True)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
     if out is not None:
-        html_path, md_path = _write_both(compare_document(b, n, points, settings, warnings), out)
+        doc = compare_document(side_label(b), side_label(n), points, settings, warnings)
+        html_path, md_path = _write_both(doc, out)
         click.echo(f"wrote {html_path} and {md_path}")
     if fail_above_pct is None:
         return
     bad = failing_points(points, fail_above_pct)
-    comparable = int(points["verdict"].isin(["better", "worse", "unchanged"]).sum()) if len(points) else 0
+    verdicts = list(points["verdict"]) if len(points) else []
+    comparable = sum(v in ("better", "worse", "unchanged", CANT_TELL) for v in verdicts)
+    unsure = verdicts.count(CANT_TELL)
     if len(bad):
-        shown = [c for c in FAIL_COLUMNS if c in bad.columns]
-        click.echo(f"failing points ({len(bad)}):")
-        click.echo(markdown.table_md(bad[shown].reset_index(drop=True)))
-        click.echo(f"FAIL: {len(bad)} point(s) worse by more than {fail_above_pct:g}% or not comparable",
-                   err=True)
+        click.echo(f"\nfailing points ({len(bad)}):")
+        click.echo(text_table(point_lines(points, bad, why=True)))
+        click.echo(f"FAIL: {len(bad)} point(s) worse beyond their noise by more than {fail_above_pct:g}%, or "
+                   "missing or not comparable in NEW", err=True)
         sys.exit(1)
     if comparable == 0:
         click.echo("FAIL: nothing comparable: NEW measured none of BASE's points", err=True)
         sys.exit(1)
-    click.echo(f"PASS: {comparable} point(s) compared, none worse by more than {fail_above_pct:g}%")
+    click.echo(f"PASS: {comparable} point(s) compared, none worse by more than {fail_above_pct:g}%"
+               + (f"; {unsure} point(s) {CANT_TELL} (listed above): they do not fail the gate, "
+                  "and nothing says they are unchanged" if unsure else ""))
 
 
 def _suite_has_rules(path: Path) -> bool:
