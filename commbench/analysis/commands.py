@@ -89,8 +89,9 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
               help="Correction for many points: Holm (family-wise), Benjamini-Hochberg (false "
                    "discovery rate) or none.")
 @click.option("--fail-above", "fail_above_pct", type=float, default=None,
-              help="Exit with status 1 when any point is worse by more than PCT percent, or a point "
-                   "of BASE is missing, not ok or not comparable in NEW; the failing points are listed.")
+              help="Exit with status 1 when any point is worse (beyond its noise) by more than PCT "
+                   "percent, or a point of BASE is missing, not ok or not comparable in NEW; the failing "
+                   "points are listed. Points compare can't tell are listed and do not fail.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="HTML file to write (a Markdown twin goes next to it). Default: print only.")
 def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, correction: str,
