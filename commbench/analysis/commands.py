@@ -178,13 +178,31 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                junit_path: Path | None, out: Path | None, localize: bool | None) -> None:
     """Pass/fail a run folder (or run an acceptance suite first) against rules.
 
-    Exit status: 0 every check passed, 1 a check failed, 2 bad input.
+    Exit status: 0 every check passed, 1 a check failed, 2 bad input (or a suite that cannot run
+    here; with --junit, the JUnit file then holds one testcase in error saying why).
     """
+    from .accept.junit import junit_error_xml
+
+    if junit_path is not None:
+        _check_writable(junit_path, "--junit")
+    try:
+        _accept(target, rules_path, baseline, junit_path, out, localize)
+    except CommbenchError as exc:
+        if junit_path is not None:   # CI gets a report that says why, not a missing file
+            with _writing(junit_path, "--junit"):
+                junit_path.write_text(junit_error_xml(Path(target).stem, str(exc)))
+            click.echo(f"wrote {junit_path} (one error: the acceptance could not be judged)", err=True)
+        raise
+
+
+def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
+            junit_path: Path | None, out: Path | None, localize: bool | None) -> None:
     from ..runfolder import is_run_folder
     from ..runfolder.reader import load_run
+    from .accept.junit import junit_xml
     from .accept.rules import LocalizeSettings, load_rules
-    from .accept.verdict import accept_document, evaluate, junit_xml, verdict_table
-    from .report import markdown
+    from .accept.verdict import accept_document, evaluate, verdict_table
+    from .text_table import text_table
 
     if rules_path is None:
         own = target / "suite.yaml" if is_run_folder(target) else target
@@ -193,8 +211,6 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                                  "suite with a top-level 'rules:' list.")
         rules_path = own
     ruleset = load_rules(rules_path)  # validate before spending time on a run
-    if junit_path is not None:
-        _check_writable(junit_path, "--junit")
     if out is not None:
         _check_writable(_twin_paths(out)[0], "--out")
     if localize is True and ruleset.localize is None:
@@ -221,7 +237,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                              "YAML file.")
     run = load_run(run_dir)
     verdicts, findings = evaluate(run, ruleset, base_run)
-    click.echo(markdown.table_md(verdict_table(verdicts)))
+    click.echo(text_table(verdict_table(verdicts)))
     html_path, md_path = _write_both(accept_document(run, ruleset, verdicts, findings),
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")
