@@ -61,9 +61,11 @@ def repeats_advice(points: pd.DataFrame) -> str:
     parts = [f"{len(unsure)} point(s) {CANT_TELL}: their change is within their noise floor, or the floor is "
              f"above any plausible change."]
     if len(helped):
-        most = int(helped.max())
-        parts.append(f"About --repeat {most} on both sides (run --repeat {most}; compare the two folders) would "
-                     f"let compare tell {len(helped)} of them.")
+        least, most = int(helped.min()), int(helped.max())
+        fewest = (f"--repeat {least} would tell about {int((helped <= least).sum())} of them, "
+                  if least < most else "")
+        parts.append(f"With run --repeat N on both sides (compare the two folders): {fewest}--repeat {most} "
+                     f"about {len(helped)}.")
     rest = len(unsure) - len(helped)
     if rest:
         parts.append(f"{rest} would need more than {MOST_REPEATS} repeats: their noise is too large for the "
