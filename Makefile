@@ -23,8 +23,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The last lines say how to reach commbench afterwards: it is in .venv, not on PATH.
 demo: $(STAMP)
-	$(BIN)/commbench run suites/quickstart.yaml
+	@echo "$(BIN)/commbench run suites/quickstart.yaml"; \
+	$(BIN)/commbench run suites/quickstart.yaml; status=$$?; \
+	echo; echo "commbench is installed in $(VENV), not on your PATH. Either activate it in this shell:"; \
+	echo "    . $(BIN)/activate        (then: commbench --help)"; \
+	echo "or call it by its path:  $(BIN)/commbench --help"; \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -89,8 +89,9 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
               help="Correction for many points: Holm (family-wise), Benjamini-Hochberg (false "
                    "discovery rate) or none.")
 @click.option("--fail-above", "fail_above_pct", type=float, default=None,
-              help="Exit with status 1 when any point is worse by more than PCT percent, or a point "
-                   "of BASE is missing, not ok or not comparable in NEW; the failing points are listed.")
+              help="Exit with status 1 when any point is worse (beyond its noise) by more than PCT "
+                   "percent, or a point of BASE is missing, not ok or not comparable in NEW; the failing "
+                   "points are listed. Points compare can't tell are listed and do not fail.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="HTML file to write (a Markdown twin goes next to it). Default: print only.")
 def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, correction: str,
@@ -99,10 +100,10 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     side, `compare B1 B2 vs N1 N2`. A folder written by `run --repeat N` counts as its N runs.
     Ratios are NEW/BASE; verdicts weigh each change against the point's noise."""
     from ..sysinfo.load import describe
-    from .compare import (FAIL_COLUMNS, CompareSettings, compare_document, compare_runs, failing_points,
-                          noise_note, summarize)
-    from .report import markdown
-    from .runsets import load_side, split_sides
+    from .compare import CANT_TELL, CompareSettings, compare_runs, failing_points
+    from .compare_summary import compare_document, point_lines, terminal_summary
+    from .runsets import load_side, side_label, split_sides
+    from .text_table import text_table
 
     if not (math.isfinite(threshold_pct) and threshold_pct >= 0) or not 0 < alpha < 1:
         raise CommbenchError(f"--threshold must be a finite number >= 0 and --alpha in (0, 1); got "
@@ -115,32 +116,36 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     settings = CompareSettings(threshold_pct=threshold_pct, alpha=alpha, correction=correction)
     points = compare_runs(b, n, settings)
     warnings = [w for w in (describe(str(r.path), r.meta) for r in b + n) if w]
-    click.echo(markdown.table_md(summarize(points)) if not points.empty else "no points to compare")
+    click.echo(f"compare {side_label(b)} -> {side_label(n)}")
+    click.echo("\n".join(terminal_summary(points, settings, fail_above_pct)))
     if not points.empty:
-        click.echo(noise_note(points, settings))
         shared = points[points["why"].astype(str).str.contains("shared one GPU", regex=False)]
         if len(shared):   # say why, not only "not comparable"
             click.echo(f"{len(shared)} point(s) not comparable: {shared['why'].iloc[0]}", err=True)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
     if out is not None:
-        html_path, md_path = _write_both(compare_document(b, n, points, settings, warnings), out)
+        doc = compare_document(side_label(b), side_label(n), points, settings, warnings)
+        html_path, md_path = _write_both(doc, out)
         click.echo(f"wrote {html_path} and {md_path}")
     if fail_above_pct is None:
         return
     bad = failing_points(points, fail_above_pct)
-    comparable = int(points["verdict"].isin(["better", "worse", "unchanged"]).sum()) if len(points) else 0
+    verdicts = list(points["verdict"]) if len(points) else []
+    comparable = sum(v in ("better", "worse", "unchanged", CANT_TELL) for v in verdicts)
+    unsure = verdicts.count(CANT_TELL)
     if len(bad):
-        shown = [c for c in FAIL_COLUMNS if c in bad.columns]
-        click.echo(f"failing points ({len(bad)}):")
-        click.echo(markdown.table_md(bad[shown].reset_index(drop=True)))
-        click.echo(f"FAIL: {len(bad)} point(s) worse by more than {fail_above_pct:g}% or not comparable",
-                   err=True)
+        click.echo(f"\nfailing points ({len(bad)}):")
+        click.echo(text_table(point_lines(points, bad, why=True)))
+        click.echo(f"FAIL: {len(bad)} point(s) worse beyond their noise by more than {fail_above_pct:g}%, or "
+                   "missing or not comparable in NEW", err=True)
         sys.exit(1)
     if comparable == 0:
         click.echo("FAIL: nothing comparable: NEW measured none of BASE's points", err=True)
         sys.exit(1)
-    click.echo(f"PASS: {comparable} point(s) compared, none worse by more than {fail_above_pct:g}%")
+    click.echo(f"PASS: {comparable} point(s) compared, none worse by more than {fail_above_pct:g}%"
+               + (f"; {unsure} point(s) {CANT_TELL} (listed above): they do not fail the gate, "
+                  "and nothing says they are unchanged" if unsure else ""))
 
 
 def _suite_has_rules(path: Path) -> bool:
@@ -173,13 +178,31 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                junit_path: Path | None, out: Path | None, localize: bool | None) -> None:
     """Pass/fail a run folder (or run an acceptance suite first) against rules.
 
-    Exit status: 0 every check passed, 1 a check failed, 2 bad input.
+    Exit status: 0 every check passed, 1 a check failed, 2 bad input (or a suite that cannot run
+    here; with --junit, the JUnit file then holds one testcase in error saying why).
     """
+    from .accept.junit import junit_error_xml
+
+    if junit_path is not None:
+        _check_writable(junit_path, "--junit")
+    try:
+        _accept(target, rules_path, baseline, junit_path, out, localize)
+    except CommbenchError as exc:
+        if junit_path is not None:   # CI gets a report that says why, not a missing file
+            with _writing(junit_path, "--junit"):
+                junit_path.write_text(junit_error_xml(Path(target).stem, str(exc)))
+            click.echo(f"wrote {junit_path} (one error: the acceptance could not be judged)", err=True)
+        raise
+
+
+def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
+            junit_path: Path | None, out: Path | None, localize: bool | None) -> None:
     from ..runfolder import is_run_folder
     from ..runfolder.reader import load_run
+    from .accept.junit import junit_xml
     from .accept.rules import LocalizeSettings, load_rules
-    from .accept.verdict import accept_document, evaluate, junit_xml, verdict_table
-    from .report import markdown
+    from .accept.verdict import accept_document, evaluate, verdict_table
+    from .text_table import text_table
 
     if rules_path is None:
         own = target / "suite.yaml" if is_run_folder(target) else target
@@ -188,8 +211,6 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                                  "suite with a top-level 'rules:' list.")
         rules_path = own
     ruleset = load_rules(rules_path)  # validate before spending time on a run
-    if junit_path is not None:
-        _check_writable(junit_path, "--junit")
     if out is not None:
         _check_writable(_twin_paths(out)[0], "--out")
     if localize is True and ruleset.localize is None:
@@ -218,7 +239,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
                              "YAML file.")
     run = load_run(run_dir)
     verdicts, findings = evaluate(run, ruleset, base_run)
-    click.echo(markdown.table_md(verdict_table(verdicts)))
+    click.echo(text_table(verdict_table(verdicts)))
     html_path, md_path = _write_both(accept_document(run, ruleset, verdicts, findings),
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")

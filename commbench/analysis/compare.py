@@ -2,7 +2,8 @@
 
 Each side is one run folder or several (repeats). A point is better or worse only when its time
 changed by at least the threshold *and* the change stands out from the point's noise after a
-correction for testing every point at once (commbench.analysis.noise; docs/compare.md)."""
+correction for testing every point at once, and by more than the point's noise floor; a point
+that cannot show that is `can't tell`, never `unchanged` (commbench.analysis.noise; docs/report.md)."""
 from __future__ import annotations
 
 import math
@@ -26,8 +27,14 @@ DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_ALPHA = 0.05
 DEFAULT_CORRECTION = "holm"
 UNSTABLE_PCT = 10.0   # a point whose samples or repeats spread wider than this is marked unstable
-# Verdicts. Only "worse" (beyond --fail-above) and "not comparable" fail `compare --fail-above`.
-VERDICTS = ("better", "worse", "unchanged", "not comparable", "skipped", "new")
+# A noise floor above a 10x change: no change a real regression plausibly makes could show, so
+# even a small measured change says nothing (seen: floors of 3e22% on a flipping gloo op).
+PLAUSIBLE_EFFECT_PCT = 900.0
+MOST_REPEATS = 10   # a point that needs more repeats than this to tell is too noisy for repeats
+CANT_TELL = "can't tell"
+# Verdicts, each point exactly one. "worse" (beyond --fail-above), "not comparable" and "missing"
+# fail `compare --fail-above`; "can't tell" does not (it is listed, with the repeats that would tell).
+VERDICTS = ("better", "worse", "unchanged", CANT_TELL, "not comparable", "skipped", "new", "missing")
 # The order in which a side reports a point that is not ok in some run.
 _BAD_ORDER = ("failed", "timeout", "wrong", "missing", "skipped")
 
@@ -152,14 +159,15 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
         rec["size"] = format_size(int(rec["size_bytes"])) if "size_bytes" in rec else ""
         rec.update(time_base_us=math.nan, time_new_us=math.nan, time_ratio=math.nan,
                    busbw_ratio=math.nan, change_pct=math.nan, noise_pct=math.nan, p_value=math.nan,
-                   p_adjusted=math.nan, unstable=False, verdict="not comparable", why="")
+                   p_adjusted=math.nan, unstable=False, repeats_to_tell=math.nan,
+                   verdict="not comparable", why="")
         pb, pn = pb_all.get(key), pn_all.get(key)
         recs.append(rec)
         if pb is None:
             rec.update(verdict="new", why="only in new")
             continue
         if pn is None:
-            rec["why"] = "missing in new"
+            rec.update(verdict="missing", why="missing in new")
             continue
         rec["time_base_us"], rec["time_new_us"] = _gmean_list(pb.times_us), _gmean_list(pn.times_us)
         sb, sn = pb.status, pn.status
@@ -240,47 +248,37 @@ def _decide(comparable: list, settings: CompareSettings) -> None:
         rec["p_value"], rec["p_adjusted"] = float(f"{p:.3g}"), float(f"{pa:.3g}")
         between = max(_between_pct(pb), _between_pct(pn))
         rec["unstable"] = bool(100.0 * s > UNSTABLE_PCT or between > UNSTABLE_PCT)
-        big = abs(rec["change_pct"]) >= settings.threshold_pct
-        # An unstable point (a bimodal gloo op on a shared CPU flips between runs by 5-35x) must
-        # also clear its own noise floor: a change it cannot show reliably is not a verdict.
-        clears = not rec["unstable"] or abs(rec["change_pct"]) >= rec["noise_pct"]
-        if big and pa < settings.alpha and clears:
-            rec["verdict"] = "worse" if ratio > 1.0 else "better"
-        else:
-            rec["verdict"] = "unchanged"
-            if big:
-                rec["why"] = f"within the noise (noise floor {rec['noise_pct']:g}%)"
+        _verdict(rec, d, z_detect * se, pa, settings, math.sqrt(1 / len(pb.times_us) + 1 / len(pn.times_us)))
         if rec["unstable"]:
             why = f"unstable: spread {100.0 * s:.0f}% within runs" + (
                 f", {between:.0f}% between repeats" if between else "")
             rec["why"] = f"{rec['why']}; {why}" if rec["why"] else why
 
 
-def noise_note(points: pd.DataFrame, settings: CompareSettings) -> str:
-    """One sentence on how the verdicts were decided (for the terminal and the report)."""
-    return (f"better/worse: time changed by >= {settings.threshold_pct:g}% and the change stands out "
-            f"from the point's noise ({settings.correction} correction over "
-            f"{int(points['p_value'].notna().sum()) if 'p_value' in points else 0} points, "
-            f"alpha {settings.alpha:g}); noise_pct is the smallest change a point shows reliably.")
-
-
-def _gmean(values: pd.Series) -> float | None:
-    vals = pd.to_numeric(values, errors="coerce").dropna()
-    vals = vals[vals > 0]
-    return round(float(np.exp(np.log(vals).mean())), 4) if len(vals) else None
-
-
-def summarize(points: pd.DataFrame) -> pd.DataFrame:
-    """Per op: geometric-mean ratios and verdict counts."""
-    rows = []
-    for op, g in points.groupby("op", sort=True):
-        counts = g["verdict"].value_counts()
-        rows.append({"op": op, "points": len(g),
-                     "gmean_time_ratio": _gmean(g["time_ratio"]),
-                     "gmean_busbw_ratio": _gmean(g["busbw_ratio"]),
-                     **{v: int(counts.get(v, 0)) for v in ("better", "worse", "unchanged", "not comparable")},
-                     "unstable": int(g["unstable"].sum()) if "unstable" in g else 0})
-    return pd.DataFrame(rows)
+def _verdict(rec: dict, d: float, floor_log: float, p_adjusted: float, settings: CompareSettings,
+             scale: float) -> None:
+    """better/worse only for a change of at least the threshold, significant, and at least the
+    point's noise floor (compared as log ratios: 2x faster is as large as 2x slower). A change of
+    the threshold the point cannot show, or a floor no plausible change clears, is can't tell."""
+    big = abs(rec["change_pct"]) >= settings.threshold_pct
+    if big and p_adjusted < settings.alpha and abs(d) >= floor_log:
+        rec["verdict"] = "worse" if d > 0 else "better"
+        return
+    plausible_log = math.log1p(PLAUSIBLE_EFFECT_PCT / 100.0)
+    if not big and floor_log <= plausible_log:
+        rec["verdict"] = "unchanged"
+        return
+    rec["verdict"] = CANT_TELL
+    if big:
+        rec["why"] = f"changed {rec['change_pct']:+.4g}% within its noise floor of {rec['noise_pct']:.4g}%"
+        target = abs(d)
+    else:
+        rec["why"] = (f"noise floor {rec['noise_pct']:.4g}%: not even a {PLAUSIBLE_EFFECT_PCT / 100 + 1:g}x "
+                      f"change would show")
+        target = plausible_log
+    # The floor falls as sqrt(1/R_base + 1/R_new): the R on both sides that brings it to target.
+    need = max(2, math.ceil(2.0 / (target * scale / floor_log) ** 2)) if target > 0 else math.inf
+    rec["repeats_to_tell"] = need if need <= MOST_REPEATS else math.inf
 
 
 def regressions(points: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
@@ -290,39 +288,11 @@ def regressions(points: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
 
 
 def failing_points(points: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:
-    """What fails `compare --fail-above`: points worse by more than the percentage, and every point
-    that could not be compared (missing in NEW, not ok on either side, no time). Points only in
-    NEW, or skipped on both sides, do not fail."""
+    """What fails `compare --fail-above`: points worse beyond their noise by more than the
+    percentage, and every point of BASE that could not be compared (missing in NEW, not ok on
+    either side, no time). Points only in NEW, skipped on both sides or can't tell do not fail."""
     if points.empty:
         return points
     worse = regressions(points, fail_above_pct)
-    lost = points[points["verdict"] == "not comparable"]
+    lost = points[points["verdict"].isin(["not comparable", "missing"])]
     return pd.concat([worse, lost]).sort_index()
-
-
-FAIL_COLUMNS = ("op", "backend", "variant", "dtype", "in_place", "timing", "size", "change_pct",
-                "noise_pct", "verdict", "why")
-
-
-def compare_document(base, new, points: pd.DataFrame, settings: CompareSettings,
-                     warnings: list[str] | None = None):
-    """The comparison as a Document (HTML and Markdown through commbench.analysis.report)."""
-    from .report.document import Document
-    from .runsets import side_label
-
-    doc = Document(f"commbench compare: {side_label(_as_side(base))} -> {side_label(_as_side(new))}")
-    sec = doc.section("Summary")
-    for w in warnings or []:
-        sec.text(f"Warning: {w}")
-    sec.text("Ratios are NEW/BASE (time < 1 and busbw > 1 are faster); a side with several runs "
-             "counts the geometric mean of their median times. " + noise_note(points, settings)
-             + " Unstable points (samples or repeats spread over "
-             f"{UNSTABLE_PCT:g}%) are marked; geometric means are over comparable points.")
-    sec.table(summarize(points), "no points")
-    sec = doc.section("Points")
-    shown = [c for c in ("op", "backend", "variant", "dtype", "in_place", "world_size", "timing", "size",
-                         "time_base_us", "time_new_us", "time_ratio", "busbw_ratio", "noise_pct",
-                         "p_adjusted", "unstable", "verdict", "why") if c in points.columns]
-    for op, g in points.groupby("op", sort=True):
-        sec.sub(str(op)).table(g[shown].drop(columns=["op"]).reset_index(drop=True))
-    return doc

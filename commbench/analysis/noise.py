@@ -1,4 +1,4 @@
-"""The statistics behind `compare`'s verdicts (docs/compare.md): how noisy a point is, how sure a
+"""The statistics behind `compare`'s verdicts (docs/report.md): how noisy a point is, how sure a
 change is, and a correction for testing many points at once. numpy and the standard library
 only, so the analysis commands need nothing heavier.
 
@@ -143,8 +143,9 @@ def detect_z(alpha: float, tests: int, method: str) -> float:
 
 
 def detectable_pct(se: float, z_detect: float) -> float:
-    """The smallest change (percent) a point with standard error ``se`` detects reliably."""
-    return 100.0 * (math.exp(z_detect * se) - 1.0)
+    """The smallest change (percent) a point with standard error ``se`` detects reliably (inf past
+    what a float holds: a point whose samples span many decades)."""
+    return 100.0 * math.expm1(z_detect * se) if z_detect * se < 700 else math.inf
 
 
 def standard_errors(changes, spreads, scale, residuals, within_var, curves) -> tuple[list[float], str]:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from commbench.analysis.accept.verdict import evaluate, junit_xml
+from commbench.analysis.accept.junit import junit_xml
+from commbench.analysis.accept.verdict import evaluate
 from commbench.analysis.accept.localize import blame_pairs, slow_from_samples
 from commbench.sysinfo.hosts import round_robin_pairs
 from commbench.analysis.accept.rules import RulesError, load_rules
@@ -176,3 +177,41 @@ def test_an_unwritable_junit_path_is_refused_before_the_suite_runs(tmp_path, mon
                                    str(tmp_path / where), "--out", str(tmp_path / "a.html")])
     assert res.exit_code == 2, res.output
     assert "pick another --junit" in res.output and not started
+
+
+def test_a_suite_that_cannot_run_here_exits_2_with_a_junit_error(tmp_path, monkeypatch):
+    """One host for a pairs suite: bad input (exit 2), and CI still gets a JUnit file saying why."""
+    from commbench.cli import cli
+
+    monkeypatch.setenv("COMMBENCH_HOSTS", "only-host")
+    junit = tmp_path / "accept.xml"
+    res = CliRunner().invoke(cli, ["accept", str(ROOT / "suites" / "acceptance-multinode-cpu.yaml"),
+                                   "--junit", str(junit), "--out", str(tmp_path / "a.html")])
+    assert res.exit_code == 2, res.output
+    assert "pairs needs at least 2 hosts" in res.output
+    root = ET.parse(junit).getroot()
+    assert root.get("errors") == "1" and root.get("tests") == "1" and root.get("failures") == "0"
+    (error,) = list(root.iter("error"))
+    assert "pairs needs at least 2 hosts" in error.text and error.get("message")
+    # without --junit: the same exit status, and no file appears
+    res = CliRunner().invoke(cli, ["accept", str(ROOT / "suites" / "acceptance-multinode-cpu.yaml")])
+    assert res.exit_code == 2
+
+
+def test_verdicts_name_their_metric_and_unit(tmp_path):
+    from commbench.analysis.accept.rules import metric_unit
+    from commbench.analysis.accept.verdict import verdict_table
+
+    assert [metric_unit(m) for m in ("time_us_p90", "busbw_gbps", "size_bytes", "tokens_per_s", "wrong", "count")] \
+        == ["us", "GB/s", "B", "tokens/s", "elements", ""]
+    rules = load_rules(_rules(tmp_path, RING_RULE))
+    verdicts, _ = evaluate(load_run(RUNS / "gpu8-slowhost"), rules)
+    table = verdict_table(verdicts)
+    ring = table[table["check"] == "ring"].iloc[0]
+    assert ring["metric"] == "min(busbw_gbps)" and ring["unit"] == "GB/s" and ring["result"] == "fail"
+    xml = junit_xml(verdicts, "s")
+    assert "min(busbw_gbps): measured" in xml and "GB/s; expected &gt;= 328 GB/s" in xml
+    res = CliRunner().invoke(accept_cmd, [str(RUNS / "gpu8-slowhost"), "--rules", str(_rules(tmp_path, RING_RULE)),
+                                          "--out", str(tmp_path / "a.html")])
+    header = res.output.splitlines()[0].split()
+    assert header[:4] == ["check", "kind", "result", "metric"] and "unit" in header and "|" not in res.output

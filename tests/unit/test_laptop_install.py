@@ -1,4 +1,4 @@
-"""`pip install commbench` (no torch, no MPI) is enough for report, compare and accept; `run`
+"""`pip install -e .` (no torch, no MPI) is enough for report, compare and accept; `run`
 names the extra it lacks and exits 2.
 
 The first tests hide torch and mpi4py from a child Python (fast, in CI); the `install` test builds
@@ -70,7 +70,7 @@ def test_report_compare_accept_without_torch_or_mpi(tmp_path):
 def test_run_names_the_missing_extra(tmp_path):
     res = _without_extras("run", REPO / "suites" / "quickstart.yaml", "--out", tmp_path / "r", cwd=tmp_path)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "pip install 'commbench[mpi]'" in res.stderr and "Traceback" not in res.stderr
+    assert "pip install -e '.[mpi]'" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "r").exists()
 
 
@@ -93,4 +93,4 @@ def test_a_fresh_venv_without_torch_runs_the_analysis_commands(tmp_path):
                                                              "PYTHONPATH": ""})
     _analysis_commands(run_cmd, tmp_path)
     res = run_cmd("run", REPO / "suites" / "quickstart.yaml")
-    assert res.returncode == 2 and "commbench[mpi]" in res.stderr, res.stdout + res.stderr
+    assert res.returncode == 2 and "pip install -e '.[mpi]'" in res.stderr, res.stdout + res.stderr

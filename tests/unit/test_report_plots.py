@@ -80,3 +80,67 @@ def test_many_lines_share_one_legend_outside_the_panels():
             assert colours.setdefault(line.get_label(), line.get_color()) == line.get_color()
     png = plots.figure_png(fig)
     assert png[:4] == b"\x89PNG"
+
+
+def _report_figures(monkeypatch, run_names):
+    """Every figure a report of these fixture runs renders, caught where it is saved."""
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+    from commbench.analysis.report.build import build_report
+    from commbench.runfolder.reader import load_run
+
+    runs = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+    seen = []
+    save = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        fig.canvas.draw()   # tick labels exist only once drawn
+        seen.append(fig)
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    build_report([load_run(runs / name) for name in run_names])
+    return seen
+
+
+def _unreadable(fig) -> list[str]:
+    """What a reader could not read: `$` in a tick label, a panel with no data or no tick labels."""
+    problems = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        name = ax.get_title() or "panel"
+        for axis in (ax.xaxis, ax.yaxis):
+            labels = [t.get_text() for t in axis.get_ticklabels() + axis.get_ticklabels(minor=True)]
+            problems += [f"{name}: tick label {lbl!r}" for lbl in labels if "$" in lbl]
+            if not any(lbl.strip() for lbl in labels):
+                problems.append(f"{name}: no {axis.axis_name} tick labels")
+        if not (ax.get_lines() or ax.patches or ax.collections or ax.images):
+            problems.append(f"{name}: empty axis")
+    return problems
+
+
+def test_report_plots_have_readable_ticks_and_no_empty_axis(monkeypatch):
+    figs = _report_figures(monkeypatch, ["cpu-base", "gpu8-healthy"])
+    assert len(figs) >= 2
+    problems = [p for fig in figs for p in _unreadable(fig)]
+    assert not problems, problems
+
+
+def test_dollars_in_user_text_stay_literal_and_the_check_catches_math_ticks():
+    """`$` in a run name is drawn as typed; a log axis's default (math text) labels would be caught."""
+    df = _rows().assign(run=lambda d: d["backend"].map({"mpi": "a$_$b", "gloo": "c$d"}))
+    fig = plots.metric_figure(df, "time_us", "suite $x$")
+    fig.canvas.draw()
+    assert not _unreadable(fig)
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} >= {"mpi default a$_$b"}
+    plots.figure_png(fig)   # draws without a math parse error
+    bad = plots.plt.figure()
+    ax = bad.add_subplot()
+    ax.plot([1, 100], [1, 1000])
+    ax.set_yscale("log")   # matplotlib's default log formatter writes $\mathdefault{10^{1}}$
+    bad.canvas.draw()
+    assert any("tick label" in p for p in _unreadable(bad))
+    plots.plt.close(bad)

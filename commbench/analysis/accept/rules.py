@@ -42,6 +42,20 @@ LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold", "pair_metric", "p
 PAIR_METRICS = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
 
 
+# The unit of a metric column, from a word of its name (docs/results.md): time_us_p90 is in us.
+UNIT_WORDS = {"us": "us", "gbps": "GB/s", "bytes": "B", "pct": "%"}
+RATE_UNITS = {"tokens_per_s": "tokens/s", "msgs_per_s": "msgs/s"}
+
+
+def metric_unit(metric: str) -> str:
+    """'us' for time_us, 'GB/s' for busbw_gbps, ...; '' for a column with no unit (a count)."""
+    if metric == "wrong":
+        return "elements"
+    if metric in RATE_UNITS:
+        return RATE_UNITS[metric]
+    return next((UNIT_WORDS[w] for w in metric.split("_") if w in UNIT_WORDS), "")
+
+
 class RulesError(CommbenchError):
     """A rules file is malformed: the message names the file, line and field."""
 

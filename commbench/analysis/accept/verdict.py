@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 import pandas as pd
 
 from .localize import blame_pairs, host_outliers, slow_from_samples
 from .pairs import as_findings, compare_pairs, pair_key, slow_pair_reasons
-from .rules import Rule, RuleSet, check_columns
+from .rules import Rule, RuleSet, check_columns, metric_unit
 from commbench.analysis import rehearsal
 from commbench.runfolder.reader import Run
 from commbench.runfolder.schema import TIME_COLUMNS
@@ -32,6 +31,8 @@ class Verdict:
     measured: str
     expected: str
     reason: str
+    metric: str = ""   # what measured and expected are: min(busbw_gbps), status and wrong, ...
+    unit: str = ""     # the unit of bare numbers in measured and expected (GB/s, us); else ""
 
 
 def _match(series: pd.Series, value) -> pd.Series:
@@ -84,6 +85,13 @@ def _direction(metric: str) -> int:
 
 
 def evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
+    """The rule's verdict on the run, naming its metric and unit."""
+    v = _evaluate_rule(rule, run, baseline)
+    v.metric, v.unit = f"{rule.aggregate}({rule.metric})", metric_unit(rule.metric)
+    return v
+
+
+def _evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
     rows = select(run.results, rule)
     ok = rows[rows["status"] == "ok"] if "status" in rows.columns else rows
     desc = f"{rule.aggregate}({rule.metric}) over {len(ok)} ok of {len(rows)} selected rows"
@@ -161,7 +169,7 @@ def row_verdicts(run: Run, require_all_ok: bool) -> list[Verdict]:
             size = format_size(int(r["size_bytes"])) if pd.notna(r.get("size_bytes")) else "?"
             name = f"row {r.get('op')} {r.get('backend')} {r.get('variant')} {r.get('dtype')} {size}"
             out.append(Verdict(name, "row", False, f"status={status} wrong={int(wrong)}",
-                               "status=ok wrong=0", str(r.get("reason") or status)))
+                               "status=ok wrong=0", str(r.get("reason") or status), "status, wrong"))
     return out
 
 
@@ -177,7 +185,8 @@ def node_verdicts(run: Run, ruleset: RuleSet) -> tuple[list[Verdict], pd.DataFra
                                f"+{f['median_excess_pct']}% in {f['slow_cases']}/{f['cases']} cases",
                                f"< +{ruleset.localize.min_excess_pct:g}% vs the others",
                                f"{f['name']} is consistently slower than its peers "
-                               f"(median excess {f['median_excess_pct']}%, robust z {f['median_z']})"))
+                               f"(median excess {f['median_excess_pct']}%, robust z {f['median_z']})",
+                               "time_us against its peers' median"))
     out += late_verdicts(run, ruleset.localize.min_share)
     return out, findings
 
@@ -191,7 +200,8 @@ def late_verdicts(run: Run, min_share: float) -> list[Verdict]:
                     f"late in {f['late_cases']}/{f['cases']} cases, own delay {f['median_gap_us']} us",
                     f"late in < {min_share:.0%} of cases",
                     f"{f['name']} arrives last at the op by its own delay (median {f['median_gap_us']} us "
-                    f">= {LATE_MIN_GAP_US:g} us) in most Cases: the others wait for it (late_rank, skew_us)")
+                    f">= {LATE_MIN_GAP_US:g} us) in most Cases: the others wait for it (late_rank, skew_us)",
+                    "late_rank, late_gap_us")
             for f in (late[late["flagged"]].to_dict("records") if not late.empty else [])]
 
 
@@ -234,17 +244,19 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
         reason = f"{blame['why']} ({detail})" if detail else blame["why"]
         if blame["node"] is not None:
             out.append(Verdict(f"bad node {blame['node']}", "node", False, f"{len(blame['links'])} failing pair(s)",
-                               "every pair passes", reason))
+                               "every pair passes", reason, "pairs of nodes"))
         elif blame["links"]:
             links = ", ".join("-".join(p) for p in blame["links"])
-            out.append(Verdict(f"bad links {links}", "node", False, links, "every pair passes", reason))
+            out.append(Verdict(f"bad links {links}", "node", False, links, "every pair passes", reason,
+                               "pairs of nodes"))
     single = placed[~placed["hosts"].astype(str).str.contains(",")]
     if "host" in single.columns and single["host"].nunique() >= 3:
         z = host_outliers(single, z_threshold=ruleset.localize.z_threshold if ruleset.localize else 3.5)
         for rec in z[z["flagged"]].to_dict("records") if not z.empty else []:
             out.append(Verdict(f"slow host {rec['host']}", "node", False, f"robust z {rec['median_z']:.1f}",
                                f"robust z < {ruleset.localize.z_threshold if ruleset.localize else 3.5:g}",
-                               f"{rec['host']} is an outlier among the per-node runs"))
+                               f"{rec['host']} is an outlier among the per-node runs",
+                               "robust z of its time_us among the hosts"))
     return out
 
 
@@ -280,25 +292,9 @@ def _with_pair_findings(findings: pd.DataFrame, run: Run, ruleset: RuleSet) -> p
 
 def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
     return pd.DataFrame([{"check": v.check, "kind": v.kind, "result": "pass" if v.passed else "fail",
-                          "measured": v.measured, "expected": v.expected, "reason": v.reason}
+                          "metric": v.metric, "measured": v.measured, "expected": v.expected, "unit": v.unit,
+                          "reason": v.reason}
                          for v in verdicts])
-
-
-def junit_xml(verdicts: list[Verdict], suite_name: str) -> str:
-    """JUnit XML: one testcase per verdict, failures with the reason."""
-    failures = sum(not v.passed for v in verdicts)
-    root = ET.Element("testsuites", name="commbench-accept", tests=str(len(verdicts)),
-                      failures=str(failures))
-    suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(verdicts)),
-                          failures=str(failures), errors="0", skipped="0")
-    for v in verdicts:
-        case = ET.SubElement(suite, "testcase", classname=f"{suite_name}.{v.kind}", name=v.check)
-        if not v.passed:
-            fail = ET.SubElement(case, "failure", message=v.reason, type=v.kind)
-            fail.text = f"measured {v.measured}; expected {v.expected}; {v.reason}"
-        else:
-            ET.SubElement(case, "system-out").text = v.reason
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def accept_document(run: Run, ruleset: RuleSet, verdicts: list[Verdict], findings: pd.DataFrame):

@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # never needs a display; safe on compute nodes and in CI
 matplotlib.rcParams["text.parse_math"] = False
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatter, NullLocator  # noqa: E402
 
 from commbench.units import format_size  # noqa: E402
 
@@ -70,6 +70,14 @@ def _size_axis(ax, sizes: list[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: format_size(int(round(x)))))
     ax.tick_params(axis="x", labelrotation=45)
+
+
+def _log_value_axis(ax) -> None:
+    """Log y axis labelled in plain numbers (10, 100, 1e+05). Math text is off for user labels,
+    so matplotlib's default log labels ($\\mathdefault{10^{1}}$) would show as typed."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogFormatter(base=10))
+    ax.yaxis.set_minor_formatter(LogFormatter(base=10, labelOnlyBase=False))
 
 
 LEGEND_INSIDE_MAX = 4   # more lines than this: one legend for the figure, right of the panels
@@ -146,7 +154,7 @@ def metric_figure(df: pd.DataFrame, metric: str, title: str = "", params=()):
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
         if lines:
-            ax.set_yscale("log")
+            _log_value_axis(ax)
             if not outside:
                 ax.legend(fontsize=7)
         else:
