@@ -8,8 +8,13 @@ import os
 
 # First act of the rank: read the multicast kill switches before any other commbench code runs, so
 # whatever changed them (a sitecustomize, a .pth file) is caught and the rank refuses to measure.
+# Both copies are read: os.environ, and the C environment (libc getenv) that NCCL and NVSHMEM read,
+# which a library's setenv changes without os.environ knowing (safety is stdlib-only).
 _SWITCHES_AT_START = {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS",
                                                 "TORCH_SYMM_MEM_DISABLE_MULTICAST") if k in os.environ}
+from .safety import c_switch_values  # noqa: E402
+
+_C_SWITCHES_AT_START = c_switch_values()
 
 import atexit  # noqa: E402 - the switches are read before anything else
 import faulthandler  # noqa: E402
@@ -41,14 +46,18 @@ def main(argv: list[str]) -> int:
                                f"launch expected {task['ranks']} ranks, MPI started {world.size}"),
               file=sys.stderr)
         return 3
-    seen = world.comm.gather(active_kill_switches(_SWITCHES_AT_START), root=0)
+    # what NCCL and NVSHMEM read; a split from os.environ shows here and fails every Case
+    at_start = active_kill_switches(_C_SWITCHES_AT_START)
+    if _C_SWITCHES_AT_START != _SWITCHES_AT_START:
+        at_start = {**at_start, "<C environment differs from os.environ>": json.dumps(_SWITCHES_AT_START)}
+    seen = world.comm.gather(at_start, root=0)
     if world.is_root:
         hosts_file = run_dir / "logs" / f"launch-{task['launch_id']}.hosts.json"
         hosts_file.write_text(json.dumps({"hosts": list(world.hosts), "num_nodes": world.num_nodes,
                                           "kill_switches_seen": {str(r): v for r, v in enumerate(seen)}}))
     gpus_file = run_dir / "logs" / f"launch-{task['launch_id']}.gpus.json"
     run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])),
-              switches_at_start=active_kill_switches(_SWITCHES_AT_START),
+              switches_at_start=at_start,
               on_bound=lambda record: gpus_file.write_text(json.dumps(record)))
     world.barrier()
     return 0

@@ -238,7 +238,8 @@ def _tampered(world: World, seen: dict) -> str | None:
     expected = safety.expected_switches()
     # Ranks are started only by commbench's launches, which always say what they set: a rank that
     # was told nothing (its environment lost the variable) cannot vouch for the switches.
-    mine = (safety.switch_tamper(seen, expected) if expected is not None else
+    # seen: os.environ's switches; the C environment (what NCCL and NVSHMEM read) is asked too
+    mine = (safety.switch_tamper(seen, expected) or safety.c_switch_problem(expected) if expected is not None else
             f"the launch's record of the multicast kill switches ({safety.EXPECTED_VAR}) is missing from "
             f"this rank's environment; refusing to measure")
     reasons = world.allgather(mine)

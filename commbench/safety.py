@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from .errors import CommbenchError
+
 # Variable -> value that means "multicast disabled by the site".
 KILL_SWITCHES: dict[str, str] = {
     "NCCL_NVLS_ENABLE": "0",
@@ -146,3 +148,72 @@ def launch_env(run_dir: Path, variant_env: dict[str, str], allow_multicast: bool
         env.update(KILL_SWITCHES)
     env[EXPECTED_VAR] = json.dumps(active_kill_switches(env), sort_keys=True)
     return env
+
+
+# --- the C environment: what NCCL and NVSHMEM actually read -------------------------------------
+# os.environ is Python's copy, taken at start-up; a library (or a sitecustomize through ctypes) that
+# calls libc setenv changes only the C environment, which is what NCCL's and NVSHMEM's getenv see.
+def _libc_getenv():
+    try:
+        import ctypes
+
+        getenv = ctypes.CDLL(None).getenv
+    except (OSError, AttributeError, ImportError):   # no C library to ask (not POSIX)
+        return None
+    getenv.restype = ctypes.c_char_p
+    getenv.argtypes = [ctypes.c_char_p]
+    return getenv
+
+
+_GETENV = _libc_getenv()
+
+
+def c_switch_values() -> dict[str, str]:
+    """The kill-switch variables as libc ``getenv`` returns them (os.environ where there is no libc)."""
+    if _GETENV is None:
+        return {k: os.environ[k] for k in KILL_SWITCHES if k in os.environ}
+    out = {}
+    for key in KILL_SWITCHES:
+        raw = _GETENV(key.encode())
+        if raw is not None:
+            out[key] = raw.decode("utf-8", "replace")
+    return out
+
+
+def held_switches() -> dict[str, str]:
+    """The kill switches NCCL and NVSHMEM will honour: those set in the C environment."""
+    return active_kill_switches(c_switch_values())
+
+
+def c_environment_split(py_env: Mapping[str, str] | None = None) -> str | None:
+    """Why the C environment cannot be trusted: it disagrees with os.environ on a kill switch."""
+    py_env = os.environ if py_env is None else py_env
+    c_env = c_switch_values()
+    differ = [k for k in KILL_SWITCHES if c_env.get(k) != py_env.get(k)]
+    if not differ:
+        return None
+    shown = "; ".join(f"{k}: os.environ {py_env.get(k)!r}, C environment {c_env.get(k)!r}" for k in differ)
+    return (f"the C environment (what NCCL and NVSHMEM read) differs from Python's os.environ on multicast "
+            f"kill switches ({shown}): something in this process called setenv; refusing to measure")
+
+
+def c_switch_problem(expected: Mapping[str, str] | None) -> str | None:
+    """Why a rank must not measure, judged by the C environment: it differs from os.environ, or it
+    does not hold the switches the launch set."""
+    split = c_environment_split()
+    if split:
+        return split
+    return switch_tamper(held_switches(), expected)
+
+
+class SwitchesNotHeld(CommbenchError):
+    """A communicator was about to be created while the C environment does not hold the switches."""
+
+
+def before_communicator(what: str) -> None:
+    """Called just before ``what`` (a communicator) is created: the C environment must agree with
+    os.environ and hold what the launch set (nothing to hold it to when the launch said nothing).
+    Raises SwitchesNotHeld (the Case fails) otherwise."""
+    problem = c_switch_problem(expected_switches())
+    if problem:
+        raise SwitchesNotHeld(f"{what} not created: {problem}")

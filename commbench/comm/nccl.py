@@ -2,7 +2,7 @@
 communicator over the MPI world per launch. Its ops are enqueued by comm.nccl_enqueue."""
 from __future__ import annotations
 
-from .. import nccl_lib
+from .. import nccl_lib, safety
 from ..errors import SkipCase
 from .context import RankContext
 
@@ -16,6 +16,7 @@ def communicator(ctx: RankContext) -> nccl_lib.Comm:
             nccl_lib.library()
         except nccl_lib.NcclError as exc:
             raise SkipCase(str(exc)) from None
+        safety.before_communicator("NCCL communicator")   # NCCL reads NVLS's switch at init
         comm = nccl_lib.Comm(ctx.world)
         ctx.cache[_KEY] = comm
         ctx.on_close(comm.destroy)

@@ -286,6 +286,7 @@ def ensure(ctx) -> NvshmemHandle:
         raise SkipCase(str(cached))
     if not str(ctx.device).startswith("cuda"):
         raise SkipCase("NVSHMEM needs a CUDA GPU on every rank")
+    safety.before_communicator("NVSHMEM")   # the C environment NVSHMEM reads at init
     refusal = multicast_refusal()
     if refusal:
         raise SkipCase(refusal)

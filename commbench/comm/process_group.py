@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 
+from .. import safety
 from .context import RankContext
 
 _KEY = "torch_pg"
@@ -51,6 +52,7 @@ def process_group(ctx: RankContext, moves_data: bool = True):
         if ctx.device.startswith("cuda") and world.local_size <= torch.cuda.device_count():
             # eager NCCL set-up; skipped when ranks share a GPU (NCCL refuses that, gloo still works)
             kwargs["device_id"] = torch.device(ctx.device)
+    safety.before_communicator(f"torch process group ({backend})")   # NCCL and symmetric memory read them
     dist.init_process_group(backend=backend, store=tcp_store(world), rank=world.rank,
                             world_size=world.size, **kwargs)
     ctx.cache[_KEY] = dist.group.WORLD

@@ -22,6 +22,9 @@ def open_rank(needs_gpu: bool = True, world=None) -> RankContext:
     """This process as a rank of a launch (a collective over the MPI job when ``world`` is None)."""
     os.environ.update(safety.KILL_SWITCHES)
     os.environ[safety.EXPECTED_VAR] = json.dumps(safety.active_kill_switches(), sort_keys=True)
+    problem = safety.c_switch_problem(safety.expected_switches())   # what NCCL/NVSHMEM will read
+    if problem:
+        raise safety.SwitchesNotHeld(problem)
     if world is None:
         from ..world import build_world
 
