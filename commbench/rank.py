@@ -25,6 +25,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from .families.base import Case  # noqa: E402
+from .launch.lifeline import watch_parent  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .runner import Progress, run_cases  # noqa: E402
 from .safety import active_kill_switches  # noqa: E402
@@ -32,6 +33,7 @@ from .world import build_world  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
+    watch_parent()   # a rank never outlives the commbench run that launched it
     run_dir, task_path = Path(argv[0]), Path(argv[1])
     task = json.loads(task_path.read_text())
     plan = json.loads((run_dir / "plan.json").read_text())

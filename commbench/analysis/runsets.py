@@ -2,8 +2,11 @@
 OUT/repeat-1 ... OUT/repeat-N) or run folders named one by one (`compare A1 A2 vs B1 B2`)."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+import click
 
 from commbench.errors import CommbenchError
 from commbench.runfolder.reader import Run, is_run_folder, load_run
@@ -26,16 +29,51 @@ def repeat_dirs(path: Path) -> list[Path]:
 
 
 def expand(paths) -> list[Path]:
-    """Run folders named by ``paths``: each a run folder or a repeat set."""
+    """Run folders named by ``paths``: each a run folder or a repeat set. A folder named twice
+    (directly or through its repeat set) is counted twice: a warning says so."""
     out = []
     for p in map(Path, paths):
         out += repeat_dirs(p) or [p]
+    seen: dict[str, Path] = {}
+    for p in out:
+        key = os.path.realpath(p)
+        if key in seen:
+            _warn(f"{p} is counted twice (also as {seen[key]}): its rows weigh double")
+        seen.setdefault(key, p)
     return out
 
 
 def load_side(paths) -> list[Run]:
-    """Load every run folder of one side (a RunFolderError names a path that is not one)."""
-    return [load_run(p) for p in expand(paths)]
+    """Load every run folder of one side (a RunFolderError names a path that is not one); warn
+    when they are not repeats of one suite or one run was copied into two folders."""
+    runs = [load_run(p) for p in expand(paths)]
+    for warning in side_warnings(runs):
+        _warn(warning)
+    return runs
+
+
+def side_warnings(runs: list[Run]) -> list[str]:
+    """What makes a side's runs not plain repeats of one suite: runs of several suites, and copies
+    (two folders holding one run: the same suite started at the same second on the same host)."""
+    out = []
+    suites = sorted({str(r.meta.get("suite")) for r in runs if r.meta.get("suite") is not None})
+    if len(suites) > 1:
+        out.append(f"these run folders hold {len(suites)} different suites ({', '.join(suites[:5])}) "
+                   f"but are counted as repeats of one: {', '.join(str(r.path) for r in runs[:6])}")
+    first: dict[tuple, Path] = {}
+    for r in runs:
+        key = tuple(str(r.meta.get(k)) for k in ("suite", "started_utc", "hostname"))
+        if r.meta.get("started_utc") is None:
+            continue   # nothing to tell a copy by
+        if key in first and os.path.realpath(first[key]) != os.path.realpath(r.path):
+            out.append(f"{r.path} holds the same run as {first[key]} (suite {key[0]}, started {key[1]}): "
+                       f"a copied repeat is counted twice")
+        first.setdefault(key, r.path)
+    return out
+
+
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
 
 
 def split_sides(args) -> tuple[list[Path], list[Path]]:

@@ -8,6 +8,7 @@ from typing import Callable
 from ..errors import StorageFull
 from ..runfolder import RunFolder
 from ..runfolder.writer import STORAGE_FULL_EXIT
+from ..safety import KILL_SWITCHES
 from ..suite import load_suite
 from ..world import inside_mpi_job
 from .extras import require_torch_for
@@ -70,7 +71,11 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
             pending = [cid for cid in launch.case_ids if cid not in done]
             if not pending:
                 continue
-            meta["launches"].append(_run_group(folder, launch, pending, by_id, display))
+            record = _launch_record(launch, held_off=not by_id[pending[0]].param("allow_multicast"))
+            meta["launches"].append(record)
+            folder.write_meta(meta)   # recorded as it starts: a run killed mid-launch keeps it
+            _run_group(folder, launch, pending, by_id, display, record)
+            _merge_hosts(folder, meta)
             folder.write_meta(meta)
     close_meta(meta)
     _merge_hosts(folder, meta)
@@ -80,12 +85,28 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     return folder.path
 
 
-def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display) -> dict:
-    log = f"logs/launch-{launch.launch_id}.log"
+def _launch_record(launch, held_off: bool) -> dict:
+    """run.json's entry for a launch; status ``running`` until it ends (then ok, failed or timeout).
+    Its env says what the ranks got: a launch that did not opt in to multicast holds the switches
+    off whatever the suite set (``env_not_held`` keeps what the suite asked)."""
+    env = dict(launch.env)
+    asked = {k: env[k] for k in KILL_SWITCHES if k in env and env[k] != KILL_SWITCHES[k]} if held_off else {}
+    env.update({k: KILL_SWITCHES[k] for k in asked})
+    return {"launch_id": launch.launch_id, "ranks": launch.ranks, "env": env,
+            **({"env_not_held": asked} if asked else {}),
+            "hosts": list(launch.hosts), "variant": launch.variant,
+            "log": f"logs/launch-{launch.launch_id}.log", "status": "running", "reason": "", "wall_s": 0.0}
+
+
+def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display,
+               record: dict | None = None) -> dict:
+    """Run a launch's pending Cases (relaunching after a timeout or crash); returns its run.json
+    entry (``record``, updated in place, when given)."""
+    if record is None:
+        record = _launch_record(launch, held_off=not by_id[pending[0]].param("allow_multicast"))
+    log = record["log"]
     progress = folder.path / "logs" / f"launch-{launch.launch_id}.progress.jsonl"
-    record = {"launch_id": launch.launch_id, "ranks": launch.ranks, "env": dict(launch.env),
-              "hosts": list(launch.hosts),
-              "variant": launch.variant, "log": log, "status": "ok", "reason": "", "wall_s": 0.0}
+    record["status"] = "ok"   # until a Case of it times out or fails
     attempt = 0
     while pending:
         task = {"launch_id": launch.launch_id, "attempt": attempt, "ranks": launch.ranks,

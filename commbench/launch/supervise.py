@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..runfolder.writer import storage_marks, truncate_to
+from .lifeline import PARENT_VAR, die_with_parent_hook, parent_token
 from .mpiexec import launcher_argv
 from ..safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
@@ -53,8 +54,9 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     task_path.write_text(json.dumps(task))
     progress = Path(task["progress"])
     env = launch_env(run_dir, variant_env, allow_multicast)
+    env[PARENT_VAR] = parent_token()   # the ranks exit when this process is gone (launch/lifeline.py)
     forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR",
-                                                                         EXPECTED_VAR})
+                                                                         EXPECTED_VAR, PARENT_VAR})
     argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded, tuple(task.get("hosts", ()))) + [
         sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
     log_path = run_dir / task["log"]
@@ -67,7 +69,8 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, pass_fds=keep_fds)
+                                start_new_session=True, pass_fds=keep_fds,
+                                preexec_fn=die_with_parent_hook())   # SIGTERM when commbench dies
         timed_out = None
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,

@@ -40,9 +40,14 @@ def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+NAME_PART_BYTES = 200   # a file name holds 255 bytes: room for the time stamp and a "-N" suffix
+
+
 def folder_name_part(suite_name: str) -> str:
-    """The suite name as it appears in run folder names: letters, digits, - _ . (at most 80)."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)[:80]
+    """The suite name as it appears in run folder names: letters, digits, - _ . (at most 80
+    characters and NAME_PART_BYTES bytes of UTF-8, cut between characters)."""
+    part = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)[:80]
+    return part.encode("utf-8")[:NAME_PART_BYTES].decode("utf-8", "ignore")
 
 
 def new_run_dir(base: Path, suite_name: str) -> Path:

@@ -1,10 +1,13 @@
 """Load a suite: YAML (line-aware) -> validated benchmarks -> Cases -> launch groups."""
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..families.base import Case
+from ..safety import KILL_SWITCHES, active_kill_switches
 from .expand import expand_bench
 from .launches import Launch, group_launches, keep_only
 from .limits import SuiteLimits
@@ -72,12 +75,26 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
             continue
         suite.cases.extend(expand_bench(bench, defaults, name, where, err, gpu_count, seen_names,
                                         budget=limits))
+    suite.cases = [label_held_switches(c) for c in suite.cases]
     _refuse_repeated_cases(suite.cases, benches, err)
     err.raise_if_any()
     suite.launches = group_launches(suite.cases)
     if only:
         keep_only(suite, list(only))
     return suite
+
+
+def label_held_switches(case: Case) -> Case:
+    """A Case whose env switches multicast on without opting in (``allow_multicast``) runs with the
+    switch held off (safety.launch_env): its variant label says what was held, not what was asked."""
+    if case.param("allow_multicast"):
+        return case
+    variant = case.variant
+    for key, value in case.env:
+        if key in KILL_SWITCHES and not active_kill_switches({key: value}):
+            held = f"{key}={KILL_SWITCHES[key]} (held; the suite's {value} needs allow_multicast)"
+            variant = re.sub(rf"(?<![^,]){re.escape(key)}={re.escape(value)}(?=,|$)", lambda _m: held, variant)
+    return case if variant == case.variant else dataclasses.replace(case, variant=variant)
 
 
 def _refuse_repeated_cases(cases: list[Case], benches, err: SuiteErrors) -> None:

@@ -9,6 +9,8 @@ import re
 
 import yaml
 
+from ..errors import CommbenchError, preview
+
 # Defaults; the environment variable named beside each lifts it (the error message says so).
 MAX_TEXT_BYTES = 1024 * 1024          # COMMBENCH_MAX_YAML_BYTES: a large suite is ~20 KiB
 MAX_NODES = 200_000                   # COMMBENCH_MAX_YAML_NODES: values after expanding aliases
@@ -28,9 +30,15 @@ class YamlLimitError(Exception):
 
 
 def limit(var: str, default: int) -> int:
-    """A limit from its environment variable (a positive integer), else the default."""
+    """A limit from its environment variable (a positive integer), else the default. A value that
+    is set but not a positive whole number is refused, never silently replaced by the default."""
     raw = os.environ.get(var, "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else default
+    if not raw:
+        return default
+    if not (raw.isascii() and raw.isdigit() and 0 < len(raw) <= 18 and int(raw) > 0):
+        raise CommbenchError(f"{var}={preview(raw, 40)} is not a positive whole number (the default is "
+                             f"{default}); set it to a larger number to lift the limit, or unset it")
+    return int(raw)
 
 
 def decode(data: bytes) -> str:
@@ -76,8 +84,10 @@ def check_events(text: str) -> None:
                 sizes[anchor] = n
         elif isinstance(ev, yaml.ScalarEvent):
             n = 1
-            if ev.implicit[0] and len(ev.value) > MAX_NUMBER_CHARS and _NUMBER.fullmatch(ev.value):
-                raise YamlLimitError(line, f"a number of {len(ev.value)} characters")
+            if ev.implicit[0] and len(ev.value) > MAX_NUMBER_CHARS and _NUMBER.fullmatch(ev.value) \
+                    and _resolves_to_number(ev.value):
+                raise YamlLimitError(line, f"a number of {len(ev.value)} characters (more than "
+                                           f"{MAX_NUMBER_CHARS}); if it is text, quote it")
             if ev.anchor:
                 sizes[ev.anchor] = 1
         elif isinstance(ev, yaml.AliasEvent):
@@ -91,3 +101,10 @@ def check_events(text: str) -> None:
         if stack[-1][1] > cap or sum(s[1] for s in stack) > cap:
             raise YamlLimitError(line, f"more than {cap} values once aliases are expanded (set "
                                        f"{NODES_VAR} to lift the limit)")
+
+
+def _resolves_to_number(value: str) -> bool:
+    """Whether YAML reads this unquoted scalar as an int or a float (a long word of letters such
+    as e, b or x matches _NUMBER but stays text)."""
+    tag = yaml.SafeLoader.resolve(yaml.SafeLoader, yaml.ScalarNode, value, (True, False))
+    return tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
