@@ -203,7 +203,7 @@ def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
     from ..runfolder.reader import load_run
     from .accept.junit import junit_xml
     from .accept.rules import LocalizeSettings, load_rules
-    from .accept.verdict import accept_document, evaluate, verdict_table
+    from .accept.verdict import accept_document, evaluate, machine_warnings, verdict_table
     from .text_table import text_table
 
     if rules_path is None:
@@ -241,14 +241,18 @@ def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
                              "YAML file.")
     run = load_run(run_dir)
     verdicts, findings = evaluate(run, ruleset, base_run)
+    warnings = machine_warnings(run, base_run)
     click.echo(text_table(verdict_table(verdicts)))
-    html_path, md_path = _write_both(accept_document(run, ruleset, verdicts, findings),
+    html_path, md_path = _write_both(accept_document(run, ruleset, verdicts, findings, warnings),
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")
     if junit_path is not None:
         with _writing(junit_path, "--junit"):
-            junit_path.write_text(junit_xml(verdicts, ruleset.path.stem))
+            junit_path.write_text(junit_xml(verdicts, ruleset.path.stem, warnings))
         click.echo(f"wrote {junit_path}")
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     failed = sum(not v.passed for v in verdicts)
-    click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed")
+    click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed"
+               + ("; the machine was busy (warning above): times may be slow or noisy" if warnings else ""))
     sys.exit(1 if failed else 0)
