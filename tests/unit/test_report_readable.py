@@ -57,6 +57,8 @@ def test_training_rows_get_their_own_view_not_busbw_curves(tmp_path):
     training = load_run(_training_run(tmp_path))
     titles = [s.title for s in build_report([training]).sections]
     assert "Curves" not in titles and "Training step: compute and communication" in titles
+    summary = build_report([training]).sections[0]
+    assert "no ok points besides training steps" in summary.items   # no "best busbw" of a step
     both = build_report([training, load_run(RUNS / "cpu-base")])
     curves = next(s for s in both.sections if s.title == "Curves")
     assert "Training steps are not drawn here" in curves.items[0]
