@@ -63,18 +63,20 @@ def _check_writable(path: Path, option: str) -> None:
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="HTML file to write (a Markdown twin goes next to it). "
-                   "Default: RUN/report.html for one run, ./report.html for several.")
+                   "Default: RUN/report.html for one run folder or one `run --repeat` set, "
+                   "./report.html for several.")
 def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     """Build a self-contained HTML report and a Markdown twin from one or more run folders."""
     from ..runfolder.reader import load_run
     from .report.build import build_report
-    from .runsets import expand
+    from .runsets import expand, one_folder
 
     folders = expand(runs)   # a folder of repeats counts as its runs
     loaded = [load_run(r) for r in folders]
-    if out is None:
-        out = folders[0] / "report.html" if len(folders) == 1 else Path("report.html")
-    html_path, md_path = _write_both(build_report(loaded), out)
+    if out is None:   # a run folder or a repeat set holds its own report; never the current folder
+        home = one_folder(runs) or (folders[0] if len(folders) == 1 else None)
+        out = home / "report.html" if home is not None else Path("report.html")
+    html_path, md_path = _write_both(build_report(loaded, _twin_paths(out)[0].parent), out)
     click.echo(f"wrote {html_path} and {md_path}")
 
 
@@ -201,7 +203,7 @@ def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
     from ..runfolder.reader import load_run
     from .accept.junit import junit_xml
     from .accept.rules import LocalizeSettings, load_rules
-    from .accept.verdict import accept_document, evaluate, verdict_table
+    from .accept.verdict import accept_document, evaluate, machine_warnings, verdict_table
     from .text_table import text_table
 
     if rules_path is None:
@@ -239,14 +241,18 @@ def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
                              "YAML file.")
     run = load_run(run_dir)
     verdicts, findings = evaluate(run, ruleset, base_run)
+    warnings = machine_warnings(run, base_run)
     click.echo(text_table(verdict_table(verdicts)))
-    html_path, md_path = _write_both(accept_document(run, ruleset, verdicts, findings),
+    html_path, md_path = _write_both(accept_document(run, ruleset, verdicts, findings, warnings),
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")
     if junit_path is not None:
         with _writing(junit_path, "--junit"):
-            junit_path.write_text(junit_xml(verdicts, ruleset.path.stem))
+            junit_path.write_text(junit_xml(verdicts, ruleset.path.stem, warnings))
         click.echo(f"wrote {junit_path}")
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     failed = sum(not v.passed for v in verdicts)
-    click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed")
+    click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed"
+               + ("; the machine was busy (warning above): times may be slow or noisy" if warnings else ""))
     sys.exit(1 if failed else 0)

@@ -192,8 +192,9 @@ def _has_noise_info(pb: _SidePoint, pn: _SidePoint) -> bool:
 
 
 def _threshold_only(comparable: list, settings: CompareSettings) -> None:
-    """Points with neither samples nor repeats (e.g. an imported nccl-tests table): nothing says
-    how noisy they are, so the threshold alone decides, and the row says so."""
+    """Points with neither samples nor repeats on either side (an imported nccl-tests table, a
+    reference run kept without samples): nothing says how noisy they are, so a change of the
+    threshold or more is can't tell (it may be noise), a smaller one unchanged, and the row says so."""
     for rec, pb, pn in comparable:
         ratio = _gmean_list(pn.times_us) / _gmean_list(pb.times_us)
         rec["time_ratio"] = round(ratio, 4)
@@ -201,9 +202,13 @@ def _threshold_only(comparable: list, settings: CompareSettings) -> None:
         if bb > 0 and bn > 0:
             rec["busbw_ratio"] = round(bn / bb, 4)
         rec["change_pct"] = round(100.0 * (ratio - 1.0), 2)
-        big = abs(rec["change_pct"]) >= settings.threshold_pct
-        rec["verdict"] = ("worse" if ratio > 1.0 else "better") if big else "unchanged"
-        rec["why"] = "no samples or repeats: threshold only"
+        if abs(rec["change_pct"]) >= settings.threshold_pct:
+            rec["verdict"] = CANT_TELL
+            rec["why"] = (f"changed {rec['change_pct']:+.4g}% but the noise is unknown: no samples or "
+                          "repeats on either side")
+        else:
+            rec["verdict"] = "unchanged"
+            rec["why"] = "no samples or repeats: threshold only"
 
 
 def _decide(comparable: list, settings: CompareSettings) -> None:

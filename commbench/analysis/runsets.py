@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -91,6 +92,54 @@ def split_sides(args) -> tuple[list[Path], list[Path]]:
         raise CommbenchError(f"compare: put '{SEPARATOR}' once, between the BASE and the NEW run folders "
                              f"(compare B1 B2 {SEPARATOR} N1 N2).")
     return args[:marks[0]], args[marks[0] + 1:]
+
+
+@dataclass
+class LabelledRun(Run):
+    """A Run shown under another name than its folder's (``shown``)."""
+
+    shown: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.shown or self.path.name
+
+
+def shown_labels(runs: list[Run]) -> list[str]:
+    """A name per run that tells the runs apart: a repeat is named with its set
+    (``<set folder>/repeat-2``), so two sets in one report are not both repeat-1..N; any other
+    clash takes parent folders until the names differ."""
+    def name(run: Run, depth: int) -> str:
+        parts = Path(run.path).resolve().parts
+        return "/".join(parts[-depth:]) if depth < len(parts) else str(Path(run.path).resolve())
+
+    depths = [2 if re.fullmatch(rf"{REPEAT_PREFIX}\d+", Path(r.path).name) else 1 for r in runs]
+    for _ in range(64):   # bounded: a path has few parts
+        labels = [name(r, d) for r, d in zip(runs, depths)]
+        clashing = {lab for lab in labels if labels.count(lab) > 1}
+        if not clashing:
+            return labels
+        depths = [d + 1 if lab in clashing else d for lab, d in zip(labels, depths)]
+    return [str(r.path) for r in runs]
+
+
+def labelled(runs: list[Run]) -> list[Run]:
+    """The runs, each under its shown_labels name (the same objects when no name changes)."""
+    out = []
+    for run, label in zip(runs, shown_labels(runs)):
+        out.append(run if label == run.label else
+                   LabelledRun(path=run.path, results=run.results, samples=run.samples, meta=run.meta,
+                               shown=label))
+    return out
+
+
+def one_folder(paths) -> Path | None:
+    """The folder a report of ``paths`` belongs in: the run folder or repeat set when exactly one
+    is named, else None (several folders: the report has no one home)."""
+    paths = [Path(p) for p in paths]
+    if len(paths) == 1 and (is_run_folder(paths[0]) or repeat_dirs(paths[0])):
+        return paths[0]
+    return None
 
 
 def side_label(runs: list[Run]) -> str:

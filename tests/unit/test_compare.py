@@ -5,7 +5,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from commbench.analysis.compare import CompareSettings, compare_runs, regressions
+from commbench.analysis.compare import CANT_TELL, CompareSettings, compare_runs, regressions
 from commbench.analysis.compare_summary import summarize
 from commbench.analysis.commands import compare_cmd
 from commbench.cli import cli
@@ -45,12 +45,15 @@ def test_reverse_is_better_and_bad_rows_not_comparable():
     assert len(bad) == 4 and bad["why"].str.startswith("status").all()
 
 
-def test_without_samples_or_repeats_threshold_decides(tmp_path):
+def test_without_samples_or_repeats_a_change_is_cant_tell(tmp_path):
     base, slow = load_run(RUNS / "cpu-base"), load_run(RUNS / "cpu-slow2x")
     base.samples, slow.samples = base.samples.iloc[0:0], slow.samples.iloc[0:0]
     pts = compare_runs(base, slow, CompareSettings(threshold_pct=5))
-    assert set(pts["verdict"]) == {"worse"} and pts["p_value"].isna().all()
-    assert set(pts["why"]) == {"no samples or repeats: threshold only"}
+    assert set(pts["verdict"]) == {CANT_TELL} and pts["p_value"].isna().all()
+    assert pts["why"].str.endswith("the noise is unknown: no samples or repeats on either side").all()
+    same = compare_runs(base, base, CompareSettings(threshold_pct=5))
+    assert set(same["verdict"]) == {"unchanged"}
+    assert set(same["why"]) == {"no samples or repeats: threshold only"}
     # samples on one side are enough to weigh the noise
     pts = compare_runs(load_run(RUNS / "cpu-base"), slow)
     assert set(pts["verdict"]) == {"worse"} and pts["p_value"].notna().all()

@@ -317,7 +317,8 @@ def test_compare_pairs_by_timing_when_a_run_holds_both(imported, tmp_path):
     import_files([FX / "all_reduce_perf_G5.txt"], graph)
     pts = compare_runs(load_run(plain), load_run(graph))
     small = pts[(pts["size_bytes"] <= 2048) & (pts["in_place"] == False)]  # noqa: E712
-    assert len(small) == 5 and set(small["verdict"]) == {"better"}
+    # faster, but two runs without samples cannot say by how much noise: can't tell
+    assert len(small) == 5 and set(small["verdict"]) == {"can't tell"} and (small["time_ratio"] < 0.95).all()
 
 
 def test_report_builds_on_an_imported_run(imported, tmp_path):

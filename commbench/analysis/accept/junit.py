@@ -7,13 +7,16 @@ import xml.etree.ElementTree as ET
 from .verdict import Verdict
 
 
-def junit_xml(verdicts: list[Verdict], suite_name: str) -> str:
-    """JUnit XML: one testcase per verdict, failures with the reason."""
+def junit_xml(verdicts: list[Verdict], suite_name: str, warnings: list[str] = ()) -> str:
+    """JUnit XML: one testcase per verdict, failures with the reason. ``warnings`` (a busy
+    machine) become the suite's property machine_busy and lines of its system-out."""
     failures = sum(not v.passed for v in verdicts)
     root = ET.Element("testsuites", name="commbench-accept", tests=str(len(verdicts)),
                       failures=str(failures))
     suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(verdicts)),
                           failures=str(failures), errors="0", skipped="0")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="machine_busy", value="true" if warnings else "false")
     for v in verdicts:
         case = ET.SubElement(suite, "testcase", classname=f"{suite_name}.{v.kind}", name=v.check)
         unit = f" {v.unit}" if v.unit else ""
@@ -23,6 +26,8 @@ def junit_xml(verdicts: list[Verdict], suite_name: str) -> str:
                         f"expected {v.expected}{unit}; {v.reason}"
         else:
             ET.SubElement(case, "system-out").text = v.reason
+    if warnings:   # JUnit puts the suite's system-out after its testcases
+        ET.SubElement(suite, "system-out").text = "\n".join(f"warning: {w}" for w in warnings)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 

@@ -297,15 +297,28 @@ def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
                          for v in verdicts])
 
 
-def accept_document(run: Run, ruleset: RuleSet, verdicts: list[Verdict], findings: pd.DataFrame):
+def machine_warnings(run: Run, baseline: Run | None = None) -> list[str]:
+    """One line per run (and baseline) whose machine was busy (run.json's machine_load): a verdict
+    on such a run holds, but its times may be slow or noisy, and a reader must be told."""
+    from commbench.sysinfo.load import describe
+
+    named = [("run " + run.label, run)] + ([("baseline " + baseline.label, baseline)] if baseline else [])
+    return [w for w in (describe(label, r.meta) for label, r in named) if w]
+
+
+def accept_document(run: Run, ruleset: RuleSet, verdicts: list[Verdict], findings: pd.DataFrame,
+                    warnings: list[str] = ()):
     from commbench.analysis.report.document import Document
 
     failed = sum(not v.passed for v in verdicts)
-    doc = Document(f"commbench accept: {run.label}: {'FAIL' if failed else 'PASS'}")
+    doc = Document(f"commbench accept: {run.label}: {'FAIL' if failed else 'PASS'}"
+                   + (" (busy machine)" if warnings else ""))
     sec = doc.section("Verdict")
     sec.text(f"{len(verdicts)} checks, {failed} failed. Rules from {ruleset.path}. Rows with "
              "wrong > 0, failed or timeout fail on their own"
              + (", and so do skipped rows (require_all_ok)." if ruleset.require_all_ok else "."))
+    for w in warnings:
+        sec.text(f"Warning: {w}.")
     sec.table(verdict_table(verdicts))
     if ruleset.localize is not None:
         sec = doc.section("Slow nodes and GPUs")

@@ -2,6 +2,8 @@
 to the rows, in its order."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from ...runfolder.reader import Run
@@ -19,17 +21,25 @@ def combined(runs: list[Run]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def report_input(runs: list[Run]) -> ReportInput:
+def report_input(runs: list[Run], out_dir: Path | None = None) -> ReportInput:
+    """The sections' input; each run named so that the runs differ (two repeat sets in one report
+    are set-a/repeat-1 and set-b/repeat-1, two lines each, not one merged line)."""
+    from ..runsets import labelled
+
+    runs = labelled(list(runs))
     df = combined(runs)
     if len(runs) <= 1 and "run" in df.columns:
         df = df.drop(columns=["run"])  # one run: no need to name it on every line
     params = list(dict.fromkeys(c for run in runs for c in run.param_columns))
-    return ReportInput(runs=list(runs), rows=df, rehearsal=_rehearsal_note(df), param_columns=params)
+    return ReportInput(runs=runs, rows=df, rehearsal=_rehearsal_note(df), param_columns=params,
+                       out_dir=out_dir)
 
 
-def build_report(runs: list[Run]) -> Document:
-    report = report_input(runs)
-    doc = Document("commbench report: " + ", ".join(r.label for r in runs))
+def build_report(runs: list[Run], out_dir: Path | None = None) -> Document:
+    """The report of ``runs``; ``out_dir``, the folder it will be written to, makes links to files
+    beside the runs (traces) relative to it."""
+    report = report_input(runs, out_dir)
+    doc = Document("commbench report: " + ", ".join(r.label for r in report.runs))
     for section in all_sections():
         if section.applies_to(report):
             section.add(doc, report)

@@ -1,6 +1,9 @@
 """Report tables as plain DataFrames: summary, per-op points, warnings, metadata."""
 from __future__ import annotations
 
+import re
+import shlex
+
 import pandas as pd
 
 from commbench.sysinfo.machine import CREDENTIAL_NAME
@@ -13,8 +16,9 @@ UNSTABLE_P90_OVER_MEDIAN = 1.25
 SMALL_MESSAGE_BYTES = 1024
 GROUP = ["op", "backend", "variant"]
 META_KEYS = ("suite", "started_utc", "finished_utc", "command", "commbench_version",
-             "git_revision", "hosts", "gpus", "driver", "cuda", "torch", "nccl", "nvshmem",
-             "mpi", "topology", "multicast_supported")
+             "git_revision", "hostname", "hosts", "os", "gpus", "driver", "cuda", "cuda_driver",
+             "cuda_runtime", "torch", "nccl", "nvshmem", "mpi", "topology", "multicast_supported",
+             "kill_switches", "reference")
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -61,34 +65,68 @@ def points(df: pd.DataFrame) -> pd.DataFrame:
     return out[[c for c in shown if c in out.columns]].reset_index(drop=True)
 
 
-def unstable(df: pd.DataFrame, factor: float = UNSTABLE_P90_OVER_MEDIAN) -> pd.DataFrame:
-    """ok rows whose p90 exceeds factor x median time."""
+def unstable(df: pd.DataFrame, factor: float = UNSTABLE_P90_OVER_MEDIAN, params=()) -> pd.DataFrame:
+    """ok rows whose p90 exceeds factor x median time (with every parameter that tells them apart)."""
     ok = _ok(df)
     if ok.empty or "time_us_p90" not in ok.columns:
         return ok.iloc[0:0]
     bad = ok[(ok["time_us"] > 0) & (ok["time_us_p90"] > factor * ok["time_us"])].copy()
     bad["p90_over_median"] = (bad["time_us_p90"] / bad["time_us"]).round(2)
-    return _brief(bad, ["time_us", "time_us_p90", "p90_over_median"])
+    return _brief(bad, ["time_us", "time_us_p90", "p90_over_median"], df, params)
 
 
-def wrong_rows(df: pd.DataFrame) -> pd.DataFrame:
+def wrong_rows(df: pd.DataFrame, params=()) -> pd.DataFrame:
     if "wrong" not in df.columns:
         return df.iloc[0:0]
-    return _brief(df[df["wrong"] > 0], ["wrong", "status", "reason"])
+    return _brief(df[df["wrong"] > 0], ["wrong", "status", "reason"], df, params)
 
 
-def not_ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+def not_ok_rows(df: pd.DataFrame, params=()) -> pd.DataFrame:
     """Every skipped, failed and timeout row, with its reason."""
     if "status" not in df.columns:
         return df.iloc[0:0]
-    return _brief(df[df["status"].isin(["skipped", "failed", "timeout"])], ["status", "reason"])
+    return _brief(df[df["status"].isin(["skipped", "failed", "timeout"])], ["status", "reason"], df, params)
 
 
-def _brief(df: pd.DataFrame, tail: list[str]) -> pd.DataFrame:
+# Besides the run's own parameter columns, what may tell two points of one op and size apart.
+TELLING = ("in_place", "timing", "num_nodes", "ranks_per_node")
+
+
+def _brief(df: pd.DataFrame, tail: list[str], whole: pd.DataFrame | None = None, params=()) -> pd.DataFrame:
+    """Rows named by op, backend, variant, dtype, world size and every other parameter column that
+    varies over ``whole`` (else two rows that differ only there would look like one row twice)."""
     head = [c for c in ("run", "op", "backend", "variant", "dtype", "world_size") if c in df.columns]
+    whole = df if whole is None else whole
+    for col in dict.fromkeys([*TELLING, *params]):
+        if col not in head and col in df.columns and col not in tail and col != "size_bytes" \
+                and whole[col].astype(str).nunique() > 1:
+            head.append(col)
     out = df.copy()
     out["size"] = out["size_bytes"].map(lambda s: format_size(int(s)) if pd.notna(s) else "")
     return out[head + ["size"] + [c for c in tail if c in out.columns]].reset_index(drop=True)
+
+
+def readable(value) -> str:
+    """A run.json value as a person reads it, never a Python repr: a list as "a, b", a mapping as
+    "key value, ...", a list of mappings (GPUs) one per "; ", identical ones counted ("2x ...")."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={readable(v)}" for k, v in value.items() if v not in (None, "", [], {}))
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, dict) for v in value):
+            texts = [readable({k: v for k, v in item.items() if k not in ("index", "uuid", "pci_bus_id")})
+                     for item in value]
+            counted = dict.fromkeys(texts)
+            return "; ".join(t if texts.count(t) == 1 else f"{texts.count(t)}x {t}" for t in counted)
+        return ", ".join(readable(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _topology(text: str) -> str:
+    """nvidia-smi topo -m's matrix without its terminal colour codes, tabs or legend."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text).split("Legend:")[0]
+    return " / ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 
 def metadata(meta: dict) -> pd.DataFrame:
@@ -97,7 +135,13 @@ def metadata(meta: dict) -> pd.DataFrame:
     for key in META_KEYS:
         if key in meta and meta[key] not in (None, "", [], {}):
             value = meta[key]
-            rows.append((key, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
+            if key == "command" and isinstance(value, list):
+                text = shlex.join(map(str, value))
+            elif key == "topology" and isinstance(value, str):
+                text = _topology(value)
+            else:
+                text = readable(value)
+            rows.append((key, text))
     env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     withheld = [str(k) for k in meta.get("env_withheld") or [] if isinstance(k, str)]
     for k, v in sorted(env.items(), key=lambda kv: str(kv[0])):
@@ -109,7 +153,7 @@ def metadata(meta: dict) -> pd.DataFrame:
         rows.append(("env withheld", ", ".join(sorted(set(withheld)))
                      + " (names that look like credentials; their values are never recorded)"))
     for launch in meta.get("launches") or []:
-        rows.append((f"launch {launch.get('id')}",
+        rows.append((f"launch {launch.get('launch_id', launch.get('id'))}",
                      f"ranks={launch.get('ranks')} status={launch.get('status')} "
                      f"wall_s={launch.get('wall_s')} {launch.get('reason') or ''}".strip()))
     return pd.DataFrame(rows, columns=["field", "value"])

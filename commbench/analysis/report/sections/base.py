@@ -9,6 +9,7 @@ when the rows hold that family's rows, and the family itself imports nothing of 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -18,12 +19,13 @@ import pandas as pd
 class ReportInput:
     """What every section reads: the runs (runfolder.reader.Run), their rows in one frame (with a
     'run' column when there are several), the rehearsal sentence ("" unless ranks shared a GPU)
-    and the runs' parameter columns (from run.json: reader.param_columns)."""
+    the runs' parameter columns (from run.json: reader.param_columns) and the report's folder."""
 
     runs: list
     rows: pd.DataFrame
     rehearsal: str
     param_columns: list[str]
+    out_dir: Path | None = None   # where the report goes: links to files beside the runs start here
 
 
 def always(report: ReportInput) -> bool:

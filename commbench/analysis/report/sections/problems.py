@@ -21,9 +21,10 @@ def add(doc, report) -> None:
     sub = sec.sub("Unstable points")
     sub.text(f"ok points whose p90 time is more than {tables.UNSTABLE_P90_OVER_MEDIAN}x the "
              "median: the median hides a slow tail; rerun with more iterations or find the noise.")
-    sub.table(tables.unstable(df))
-    sec.sub("Wrong results (wrong > 0)").table(tables.wrong_rows(df))
-    sec.sub("Skipped, failed and timed-out points").table(tables.not_ok_rows(df))
+    params = report.param_columns
+    sub.table(tables.unstable(df, params=params))
+    sec.sub("Wrong results (wrong > 0)").table(tables.wrong_rows(df, params))
+    sec.sub("Skipped, failed and timed-out points").table(tables.not_ok_rows(df, params))
 
 
 SECTION = ReportSection("warnings", 80, add)

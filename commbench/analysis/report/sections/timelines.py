@@ -3,9 +3,11 @@ last; green: NCCL kernel channels when profiled), and links to the traces stored
 The data come from commbench.profile.timeline."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ....profile import timeline
+from ....units import format_size
 from ..document import Link
 from ..plots import figure_png, plt
 from .base import ReportSection
@@ -63,13 +65,48 @@ def add(doc, report) -> None:
              "Case as a Chrome trace.")
     for run, ids, traces in _shown(report):
         sub = sec.sub(run.label) if many else sec
-        by_id = run.results.set_index(run.results["case_id"].astype(str)).to_dict("index") if ids else {}
+        by_id = _rows_by_case(run)
         for cid in ids:
             fig = iteration_figure(run.path, cid, by_id.get(cid))
             if fig is not None:
-                sub.image(figure_png(fig), f"timeline of case {cid}", f"timeline-{run.label}-{cid}.png")
+                sub.image(figure_png(fig), f"timeline of case {cid}",
+                          f"timeline-{run.label.replace('/', '-')}-{cid}.png")
         for cid, label, rel in traces:
-            sub.items.append(Link(f"{label} trace of case {cid}", str(Path(run.path.name) / rel) if many else rel))
+            sub.items.append(Link(f"{label} trace: {case_name(by_id.get(cid))} (case {cid})",
+                                  _href(run, rel, report.out_dir, many)))
+
+
+def _rows_by_case(run) -> dict:
+    df = run.results
+    if "case_id" not in df.columns:
+        return {}
+    first = df.drop_duplicates("case_id")
+    return first.set_index(first["case_id"].astype(str)).to_dict("index")
+
+
+def case_name(row: dict | None) -> str:
+    """What a Case measured, in words: op, size, backend (and variant, dtype, in-place when set)."""
+    if not row:
+        return "a Case not in results.csv"
+    parts = [str(row.get("op") or "")]
+    size = row.get("size_bytes")
+    try:
+        parts.append(format_size(int(size)))
+    except (TypeError, ValueError):
+        pass
+    parts += [str(row.get(c)) for c in ("backend", "dtype") if row.get(c) not in (None, "")]
+    if row.get("variant") not in (None, "", "default"):
+        parts.append(str(row["variant"]))
+    if str(row.get("in_place")) == "True":
+        parts.append("in place")
+    return " ".join(p for p in parts if p and p != "nan")
+
+
+def _href(run, rel: str, out_dir: Path | None, many: bool) -> str:
+    """The trace's path from the report's folder (known), else as a report of these runs lays it out."""
+    if out_dir is not None:
+        return os.path.relpath(Path(run.path) / rel, out_dir)
+    return str(Path(run.path.name) / rel) if many else rel
 
 
 SECTION = ReportSection("timelines", 40, add, applies)
