@@ -140,7 +140,7 @@ class CaseLines:
         if self.t_first is None:
             self.t_first = now
         eta = self.eta_s(now)
-        eta_text = _clock(eta) if eta is not None else ("0:00:00" if self.done >= self.total else "after the next Case")
+        eta_text = _clock(eta) if eta is not None else ("0:00:00" if self.done >= self.total else "-:--:--")
         self.write(f"[{self.done}/{self.total}] {status:<7} {description}{': ' + numbers if numbers else ''} "
                    f"({_clock(now - self.t0)} elapsed, ETA {eta_text})")
 
