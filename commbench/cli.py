@@ -187,7 +187,7 @@ def nccl_cmd(op: str, quiet: bool, out: Path | None, **options):
     args = QuickArgs(op=op, **options)
 
     def show(folder, console):
-        click.echo(table_of(folder.path, args))
+        click.echo(table_of(folder.latest_rows(), args))
 
     run_dir, code, summary = run_quick(args, out, quiet=quiet,
                                        finish=lambda folder, console: finish(folder, console, show=show))

@@ -48,13 +48,14 @@ def name_column(table: Table, header: str, names, **kw) -> None:
     table.add_column(header, no_wrap=True, min_width=width, **kw)
 
 
-def describe_case(case, row: dict | None = None) -> str:
+def describe_case(case, row: dict | None = None, with_size: bool = True) -> str:
     """bench: op backend dtype size [variant]; the size is the row's when the family stored the
     bytes it really moved (a training step's), in-place when the Case is."""
     size = _number((row or {}).get("size_bytes"))
     size = int(size) if size is not None else case.size_bytes
     place = " in-place" if _param(case, "in_place") is True else ""
-    return f"{case.bench}: {case.op} {case.backend} {case.dtype} {format_size(size)}{place} [{case.variant}]"
+    size_text = f" {format_size(size)}" if with_size else ""
+    return f"{case.bench}: {case.op} {case.backend} {case.dtype}{size_text}{place} [{case.variant}]"
 
 
 def _param(case, name: str):
@@ -166,6 +167,9 @@ class RunDisplay:
         self.task = self.progress.add_task("starting", total=total)
         self.current: dict[str, str] = {}
         self.bad = 0
+        # benchmarks whose rows store the bytes a Case really moved (a training step's), not the
+        # suite's size: the live line names no size for their next Cases
+        self.own_sizes: set[str] = set()
 
     def __enter__(self):
         self.progress.__enter__()
@@ -177,13 +181,16 @@ class RunDisplay:
     def event(self, ev: dict) -> None:
         case = self.by_id.get(ev.get("case_id"))
         if ev["event"] == "start" and case is not None:
-            self.progress.update(self.task, description=describe_case(case))
+            self.progress.update(self.task, description=describe_case(case, with_size=case.bench not in self.own_sizes))
         elif ev["event"] == "done":
             if ev.get("status") not in ("ok", None):
                 self.bad += 1
             self.progress.advance(self.task)
             if self.enabled:   # on a terminal the line lands above the live progress line
                 row = self.row_of(ev.get("case_id")) if case is not None else None
+                stored = _number((row or {}).get("size_bytes"))
+                if stored is not None and int(stored) != case.size_bytes:
+                    self.own_sizes.add(case.bench)
                 self.lines.case_done(describe_case(case, row) if case is not None else str(ev.get("case_id")),
                                      str(ev.get("status", "")), headline(row))
 

@@ -97,13 +97,11 @@ def write_suite(a: QuickArgs, folder: Path) -> Path:
     return path
 
 
-def table_of(run_dir: Path, a: QuickArgs) -> str:
+def table_of(rows: list[dict], a: QuickArgs) -> str:
     """nccl-tests' table of a quick run's stored rows, with what the options changed."""
     from ..comm.ops import no_in_place_reason
-    from ..runfolder import RunFolder
     from .nccl_tests.table import format_table
 
-    rows = RunFolder(run_dir).latest_rows()
     notes = []
     if no_in_place_reason(a.op):
         notes.append(f"# in-place: N/A ({no_in_place_reason(a.op)})")

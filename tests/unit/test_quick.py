@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from commbench.analysis.nccl_tests.table import HEADER, fit, format_table

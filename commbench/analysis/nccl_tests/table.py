@@ -14,11 +14,18 @@ from ...units import format_size
 # nccl-tests' names of the element types commbench measures
 TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "int32": "int32"}
 
-HEADER = (
-    "#                                                              out-of-place                       in-place          \n"
-    "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong \n"
-    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         "
-)
+# nccl-tests' columns: width and the two header lines; a data line puts two spaces between columns
+WIDTHS = (12, 12, 8, 6, 6) + (7, 6, 6, 6) * 2
+NAMES = ("size", "count", "type", "redop", "root") + ("time", "algbw", "busbw", "#wrong") * 2
+UNITS = ("(B)", "(elements)", "", "", "") + ("(us)", "(GB/s)", "(GB/s)", "") * 2
+
+
+def _header_line(cells) -> str:
+    return "#" + f"{cells[0]:>{WIDTHS[0] - 1}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells[1:], WIDTHS[1:]))
+
+
+HEADER = "\n".join(["#" + " " * 62 + "out-of-place" + " " * 23 + "in-place",
+                     _header_line(NAMES), _header_line(UNITS)])
 
 
 def fit(value: float, width: int) -> str:
