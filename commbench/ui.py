@@ -233,8 +233,8 @@ def print_summary(console: Console | None, df, run_dir: Path, plots: list,
     if df is None or not len(df):
         console.print(f"[yellow]no rows recorded[/yellow] in {run_dir}")
         return
-    table = Table(title=f"{df['suite'].iloc[0]}: {len(df)} rows", box=None, pad_edge=False,
-                  padding=(0, 2, 0, 0), title_justify="left")
+    console.print(f"{df['suite'].iloc[0]}: {len(df)} rows", markup=False, highlight=False)
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
     groups = list(df.groupby(["op", "backend", "variant"], sort=False))
     name_column(table, "op", [k[0] for k, _ in groups])
     name_column(table, "backend", [k[1] for k, _ in groups])
