@@ -145,6 +145,58 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
     sys.exit(code)
 
 
+@cli.command(name="nccl", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("op")
+@click.option("-b", "--minbytes", "min_bytes", default="8", show_default=True, metavar="SIZE",
+              help="smallest size (8, 1K, 4M, 1G: binary units, as nccl-tests)")
+@click.option("-e", "--maxbytes", "max_bytes", default="128M", show_default=True, metavar="SIZE",
+              help="largest size")
+@click.option("-f", "--stepfactor", "step_factor", type=float, default=2.0, show_default=True,
+              help="multiply the size by this between steps (1: use -i)")
+@click.option("-i", "--stepbytes", "step_bytes", default=None, metavar="SIZE",
+              help="add this to the size between steps (with -f 1; default 1M)")
+@click.option("-n", "--iters", type=click.IntRange(1, 100000), default=20, show_default=True,
+              help="timed iterations")
+@click.option("-w", "--warmup_iters", "warmup", type=click.IntRange(0, 100000), default=5, show_default=True,
+              help="untimed warm-up iterations")
+@click.option("-g", "--ngpus", "ranks", type=click.IntRange(min=1), default=None,
+              help="ranks, one per GPU (default: every GPU of this host; 2 on --backend gloo/mpi)")
+@click.option("-d", "--datatype", "dtype", default="float", show_default=True,
+              help="float, half, bfloat16 (bf16), int32")
+@click.option("-o", "--op", "redop", type=click.Choice(["sum", "max", "min"]), default="sum", show_default=True,
+              help="reduction of all_reduce, reduce_scatter and reduce")
+@click.option("-c", "--check", type=click.IntRange(0, 1), default=1, show_default=True,
+              help="accepted for nccl-tests' command lines: commbench checks every Case anyway (untimed)")
+@click.option("-G", "--cudagraph", "graph", type=click.IntRange(min=0), default=0, show_default=True,
+              help="above 0: time with CUDA graphs (timing: graph)")
+@click.option("--backend", type=click.Choice(["nccl", "torch_nccl", "gloo", "mpi"]), default="nccl",
+              show_default=True, help="gloo or mpi run on CPU (no GPU needed)")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="run folder (default results/<UTC time>-quick-OP)")
+@click.option("--quiet", is_flag=True, help="no per-Case progress lines (the table is still printed)")
+def nccl_cmd(op: str, quiet: bool, out: Path | None, **options):
+    """One collective swept over sizes, typed as for nccl-tests; prints nccl-tests' table.
+
+    OP: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, gather,
+    scatter. Example: commbench nccl all_reduce -b 8 -e 8G -f 2 -g 8. The run folder is a normal
+    one (report, compare and accept read it; its suite.yaml is the suite the options made)."""
+    from .analysis.quick import QuickArgs, run_quick, table_of
+    from .analysis.finish import finish
+    from .world import launcher_rank
+
+    args = QuickArgs(op=op, **options)
+
+    def show(folder, console):
+        click.echo(table_of(folder.latest_rows(), args))
+
+    run_dir, code, summary = run_quick(args, out, quiet=quiet,
+                                       finish=lambda folder, console: finish(folder, console, show=show))
+    if launcher_rank() in (None, 0):
+        click.echo(f"run folder: {run_dir}")
+        click.echo(f"commbench: {summary}")
+    sys.exit(code)
+
+
 def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
     from .suite import ONLY_KEY
 
@@ -185,38 +237,67 @@ def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...], max_case
 
 
 @cli.command(name="list")
-def list_cmd():
-    """Families, ops, backends, dtypes and every suite parameter with its help text."""
-    from rich.table import Table
+@click.argument("family", required=False)
+@click.option("--op", "op", default=None, help="only the families that have this op")
+def list_cmd(family: str | None, op: str | None):
+    """Families, ops, backends, dtypes and every suite parameter with its help text.
 
+    FAMILY (or --op OP) shows only that family (or the families with that op), without the
+    suite keys; `commbench list` alone shows everything."""
     from .families import all_families
     from .suite import BENCH_KEYS, TOP_KEYS
-    from .ui import make_console, name_column
+    from .ui import make_console
 
+    families = all_families()
+    if family is not None and family not in families:
+        raise CommbenchError(f"unknown family {family!r}: one of {', '.join(families)}")
+    chosen = [f for name, f in families.items()
+              if (family is None or name == family) and (op is None or op in f.ops)]
+    if not chosen:
+        ops = families[family].ops if family else sorted({o for f in families.values() for o in f.ops})
+        raise CommbenchError(f"no family{' ' + family if family else ''} has op {op!r}: ops are {', '.join(ops)}")
     console = make_console()
+    if family is None and op is None:
+        _print_suite_keys(console, TOP_KEYS, BENCH_KEYS)
+    for fam in chosen:
+        _print_family(console, fam)
+
+
+def _print_suite_keys(console, top_keys: dict, bench_keys: dict) -> None:
+    from rich.table import Table
+
+    from .ui import name_column
+
     t = Table(title="suite keys")
-    name_column(t, "key", [*TOP_KEYS, *BENCH_KEYS])
+    name_column(t, "key", [*top_keys, *bench_keys])
     name_column(t, "where", ["top level", "benchmark / defaults"])
     t.add_column("meaning", ratio=1, overflow="fold")
-    for k, h in TOP_KEYS.items():
+    for k, h in top_keys.items():
         t.add_row(k, "top level", h)
-    for k, h in BENCH_KEYS.items():
+    for k, h in bench_keys.items():
         t.add_row(k, "benchmark / defaults", h)
     console.print(t)
-    for fam in all_families().values():
-        ft = Table(title=f"family {fam.name}: {fam.summary}")
-        name_column(ft, "what", ["dtypes", *(f"params.{n}" for n in fam.params)])
-        # names listed here are typed into suites: wrap between them, never inside one
-        words = [*fam.ops, *fam.backends, *fam.dtypes, *(repr(p.default) for p in fam.params.values())]
-        ft.add_column("values / default", min_width=max(len(w) + 1 for w in words))
-        ft.add_column("help", ratio=1, overflow="fold")   # a long word folds, never cut
-        ft.add_row("ops", ", ".join(fam.ops), "")
-        ft.add_row("backends", ", ".join(fam.backends), "")
-        ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")
-        for name, p in fam.params.items():
-            values = p.values_text()
-            ft.add_row(f"params.{name}", repr(p.default), p.help + (f" ({values})" if values else ""))
-        console.print(ft)
+
+
+def _print_family(console, fam) -> None:
+    """One family: its ops, backends, dtypes and parameters with their defaults and help."""
+    from rich.table import Table
+
+    from .ui import name_column
+
+    ft = Table(title=f"family {fam.name}: {fam.summary}")
+    name_column(ft, "what", ["dtypes", *(f"params.{n}" for n in fam.params)])
+    # names listed here are typed into suites: wrap between them, never inside one
+    words = [*fam.ops, *fam.backends, *fam.dtypes, *(repr(p.default) for p in fam.params.values())]
+    ft.add_column("values / default", min_width=max(len(w) + 1 for w in words))
+    ft.add_column("help", ratio=1, overflow="fold")   # a long word folds, never cut
+    ft.add_row("ops", ", ".join(fam.ops), "")
+    ft.add_row("backends", ", ".join(fam.backends), "")
+    ft.add_row("dtypes", ", ".join(fam.dtypes), f"default {fam.default_dtype}")
+    for name, p in fam.params.items():
+        values = p.values_text()
+        ft.add_row(f"params.{name}", repr(p.default), p.help + (f" ({values})" if values else ""))
+    console.print(ft)
 
 
 @cli.command()

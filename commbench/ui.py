@@ -8,6 +8,7 @@ keep their full width and the free text beside them wraps.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -47,8 +48,68 @@ def name_column(table: Table, header: str, names, **kw) -> None:
     table.add_column(header, no_wrap=True, min_width=width, **kw)
 
 
-def describe_case(case) -> str:
-    return f"{case.bench}: {case.op} {case.backend} {case.dtype} {format_size(case.size_bytes)} [{case.variant}]"
+def describe_case(case, row: dict | None = None, with_size: bool = True) -> str:
+    """bench: op backend dtype size [variant]; the size is the row's when the family stored the
+    bytes it really moved (a training step's), in-place when the Case is."""
+    size = _number((row or {}).get("size_bytes"))
+    size = int(size) if size is not None else case.size_bytes
+    place = " in-place" if _param(case, "in_place") is True else ""
+    size_text = f" {format_size(size)}" if with_size else ""
+    return f"{case.bench}: {case.op} {case.backend} {case.dtype}{size_text}{place} [{case.variant}]"
+
+
+def _param(case, name: str):
+    getter = getattr(case, "param", None)
+    return getter(name) if callable(getter) else None
+
+
+def _number(value) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def us(value: float) -> str:
+    """A time in microseconds, 3 significant digits or more."""
+    if value < 10:
+        return f"{value:.2f} us"
+    if value < 1000:
+        return f"{value:.1f} us"
+    return f"{value:,.0f} us"
+
+
+def headline(row: dict | None) -> str:
+    """The numbers a finished Case is read by, taken from the columns its row has: step time,
+    exposed communication and overlap (training), the layer and its parts (MoE layer), p50/p99
+    (latency ops), else time and busbw; for a row not ok, its reason."""
+    if not row:
+        return ""
+    if row.get("status") not in ("ok", "wrong"):
+        reason = " ".join(str(row.get("reason") or "").split())
+        return reason[:100] + ("..." if len(reason) > 100 else "")
+    n = {k: _number(v) for k, v in row.items()}
+    if n.get("step_us") is not None:
+        parts = [f"step {us(n['step_us'])}"]
+        if n.get("exposed_comm_us") is not None:
+            parts.append(f"exposed {us(n['exposed_comm_us'])}")
+        if n.get("overlap_pct") is not None:
+            parts.append(f"overlap {n['overlap_pct']:.0f}%")
+        return ", ".join(parts)
+    if n.get("layer_us") is not None:
+        split = [f"{name} {us(n[f'{name}_us'])}" for name in ("dispatch", "expert", "combine")
+                 if n.get(f"{name}_us") is not None]
+        return f"layer {us(n['layer_us'])}" + (f" ({', '.join(split)})" if split else "")
+    if n.get("latency_p50_us") is not None:
+        p99 = n.get("latency_p99_us")
+        return f"p50 {us(n['latency_p50_us'])}" + (f", p99 {us(p99)}" if p99 is not None else "")
+    parts = [us(n["time_us"])] if n.get("time_us") is not None else []
+    if n.get("busbw_gbps") is not None:
+        parts.append(f"busbw {n['busbw_gbps']:.2f} GB/s")
+    if row.get("status") == "wrong" and n.get("wrong"):
+        parts.append(f"{int(n['wrong'])} wrong")
+    return ", ".join(parts)
 
 
 def _clock(seconds: float) -> str:
@@ -57,27 +118,41 @@ def _clock(seconds: float) -> str:
 
 
 class CaseLines:
-    """One plain line per finished Case: `[12/152] ok      bench: op backend dtype size [variant]
-    (0:01:10 elapsed, ETA 0:07:30)`. For batch logs and rank 0 of an MPI job."""
+    """One plain line per finished Case: `[12/152] ok      bench: op backend dtype size [variant]:
+    12.3 us, busbw 4.56 GB/s (0:01:10 elapsed, ETA 0:07:30)`.
+
+    The ETA is the time per Case between the first finished Case and the latest one, times the
+    Cases left: the start-up before the first Case (processes, communicators, JIT) is paid once
+    and says nothing about the rest, so the first line has no ETA yet."""
 
     def __init__(self, total: int, write=None):
         self.total, self.done, self.t0 = total, 0, time.time()
+        self.t_first: float | None = None
         self.write = write or (lambda line: print(line, flush=True))
 
-    def case_done(self, description: str, status: str) -> None:
+    def eta_s(self, now: float) -> float | None:
+        if self.t_first is None or self.done < 2:
+            return None
+        return (now - self.t_first) / (self.done - 1) * (self.total - self.done)
+
+    def case_done(self, description: str, status: str, numbers: str = "") -> None:
         self.done += 1
-        elapsed = time.time() - self.t0
-        eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
-        self.write(f"[{self.done}/{self.total}] {status:<7} {description} "
-                   f"({_clock(elapsed)} elapsed, ETA {_clock(eta)})")
+        now = time.time()
+        if self.t_first is None:
+            self.t_first = now
+        eta = self.eta_s(now)
+        eta_text = _clock(eta) if eta is not None else ("0:00:00" if self.done >= self.total else "-:--:--")
+        self.write(f"[{self.done}/{self.total}] {status:<7} {description}{': ' + numbers if numbers else ''} "
+                   f"({_clock(now - self.t0)} elapsed, ETA {eta_text})")
 
 
 class RunDisplay:
     """Case i of n, elapsed, ETA; the description names the Case being measured."""
 
-    def __init__(self, console: Console | None, total: int, enabled: bool, by_id: dict):
+    def __init__(self, console: Console | None, total: int, enabled: bool, by_id: dict, row_of=None):
         self.console = console or make_console(stderr=True)
         self.by_id = by_id
+        self.row_of = row_of or (lambda case_id: None)   # the stored row of a finished Case
         self.enabled = enabled and total > 0
         self.live = self.enabled and self.console.is_terminal
         self.lines = CaseLines(total, lambda line: self.console.print(line, markup=False, highlight=False,
@@ -92,6 +167,9 @@ class RunDisplay:
         self.task = self.progress.add_task("starting", total=total)
         self.current: dict[str, str] = {}
         self.bad = 0
+        # benchmarks whose rows store the bytes a Case really moved (a training step's), not the
+        # suite's size: the live line names no size for their next Cases
+        self.own_sizes: set[str] = set()
 
     def __enter__(self):
         self.progress.__enter__()
@@ -103,38 +181,76 @@ class RunDisplay:
     def event(self, ev: dict) -> None:
         case = self.by_id.get(ev.get("case_id"))
         if ev["event"] == "start" and case is not None:
-            self.progress.update(self.task, description=describe_case(case))
+            self.progress.update(self.task, description=describe_case(case, with_size=case.bench not in self.own_sizes))
         elif ev["event"] == "done":
             if ev.get("status") not in ("ok", None):
                 self.bad += 1
             self.progress.advance(self.task)
-            if self.enabled and not self.live:
-                self.lines.case_done(describe_case(case) if case is not None else str(ev.get("case_id")),
-                                     str(ev.get("status", "")))
+            if self.enabled:   # on a terminal the line lands above the live progress line
+                row = self.row_of(ev.get("case_id")) if case is not None else None
+                stored = _number((row or {}).get("size_bytes"))
+                if stored is not None and int(stored) != case.size_bytes:
+                    self.own_sizes.add(case.bench)
+                self.lines.case_done(describe_case(case, row) if case is not None else str(ev.get("case_id")),
+                                     str(ev.get("status", "")), headline(row))
 
 
-def print_summary(console: Console | None, df, run_dir: Path, plots: list) -> None:
-    """A short table: per (op, backend, variant) the best busbw, smallest-size time, status counts."""
+def _group_headline(ok) -> tuple[str, str]:
+    """(best, detail) of one (op, backend, variant) group's ok rows, by the columns they have:
+    the fastest step (training), the fastest layer (MoE layer), the lowest p50 (latency ops), else
+    the best busbw and the time at the smallest size. A step time has no busbw to rank by."""
+    def col(name):
+        return ok[name].astype(float) if name in ok.columns and ok[name].notna().any() else None
+
+    step, layer, p50 = col("step_us"), col("layer_us"), col("latency_p50_us")
+    if step is not None:
+        best = ok.loc[step.idxmin()]
+        overlap = _number(best.get("overlap_pct"))
+        return f"step {us(step.min())}", (f"overlap {overlap:.0f}%" if overlap is not None else "")
+    if layer is not None:
+        best = ok.loc[layer.idxmin()]
+        share = _number(best.get("comm_share"))
+        return f"layer {us(layer.min())}", (f"comm {100 * share:.0f}%" if share is not None else "")
+    if p50 is not None:
+        best = ok.loc[p50.idxmin()]
+        p99 = _number(best.get("latency_p99_us"))
+        return f"p50 {us(p50.min())}", (f"p99 {us(p99)}" if p99 is not None else "")
+    busbw, times = col("busbw_gbps"), col("time_us")
+    best = f"{busbw.max():.2f} GB/s" if busbw is not None else "-"
+    if times is None:
+        return best, "-"
+    small = ok.loc[ok["size_bytes"].astype(float).idxmin()]
+    return best, f"{us(float(small['time_us']))} @ {format_size(int(small['size_bytes']))}"
+
+
+def print_summary(console: Console | None, df, run_dir: Path, plots: list,
+                  unstable: tuple[int, str] | None = None) -> None:
+    """A table that fits 80 columns, one row per (op, backend, variant): sizes, ok rows of all,
+    the best number and a detail (busbw and small-size time; step, layer or p50 for the families
+    read by those), then the rows not ok, and how many points were unstable by the report's rule
+    (``unstable``: (count, rule))."""
     console = console or make_console()
     if df is None or not len(df):
         console.print(f"[yellow]no rows recorded[/yellow] in {run_dir}")
         return
-    table = Table(title=f"{df['suite'].iloc[0]}: {len(df)} rows", show_lines=False)
+    console.print(f"{df['suite'].iloc[0]}: {len(df)} rows", markup=False, highlight=False)
+    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
     groups = list(df.groupby(["op", "backend", "variant"], sort=False))
     name_column(table, "op", [k[0] for k, _ in groups])
     name_column(table, "backend", [k[1] for k, _ in groups])
-    table.add_column("variant", overflow="fold")
-    for col in ("sizes", "best busbw GB/s", "min-size time us", "ok", "not ok"):
-        table.add_column(col, justify="right", overflow="fold")
+    with_variant = df["variant"].astype(str).nunique() > 1 or str(df["variant"].iloc[0]) != "default"
+    if with_variant:
+        name_column(table, "variant", [k[2] for k, _ in groups])
+    for col in ("sizes", "ok", "best", "detail"):
+        table.add_column(col, justify="right", no_wrap=True)
     for (op, backend, variant), g in groups:
         ok = g[g["status"] == "ok"]
-        best = f"{ok['busbw_gbps'].max():.2f}" if len(ok) else "-"
-        small = ok.sort_values("size_bytes").iloc[0] if len(ok) else None
-        t_small = f"{small['time_us']:.1f} @ {format_size(int(small['size_bytes']))}" if small is not None else "-"
-        sizes = f"{format_size(int(g['size_bytes'].min()))}-{format_size(int(g['size_bytes'].max()))}"
-        bad = g[g["status"] != "ok"]
-        bad_txt = ", ".join(f"{n} {s}" for s, n in bad["status"].value_counts().items()) or "0"
-        table.add_row(str(op), str(backend), str(variant), sizes, best, t_small, str(len(ok)), bad_txt)
+        best, detail = _group_headline(ok) if len(ok) else ("-", "-")
+        lo, hi = format_size(int(g["size_bytes"].min())), format_size(int(g["size_bytes"].max()))
+        sizes = lo if lo == hi else f"{lo}-{hi}"
+        cells = [str(op), str(backend), *([str(variant)] if with_variant else []), sizes,
+                 f"{len(ok)}/{len(g)}", best, detail]
+        table.add_row(*cells)
     console.print(table)
     not_ok = df[df["status"] != "ok"]
     for _, r in not_ok.head(5).iterrows():
@@ -143,6 +259,13 @@ def print_summary(console: Console | None, df, run_dir: Path, plots: list) -> No
                       highlight=False)
     if len(not_ok) > 5:
         console.print(f"... and {len(not_ok) - 5} more rows not ok (see results.csv)")
+    if unstable is not None:
+        count, rule = unstable
+        n_ok = int((df["status"] == "ok").sum())
+        if count:   # the report's Warnings list them
+            console.print(f"{count} of {n_ok} ok points unstable: {rule}", highlight=False)
+        else:
+            console.print(f"no unstable points ({rule})", highlight=False)
     console.print(f"results: {run_dir / 'results.csv'}", soft_wrap=True)
     if plots:
         console.print(f"plots:   {run_dir / 'plots'} ({len(plots)} files)", soft_wrap=True)

@@ -94,13 +94,13 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
     by_id = {c.case_id: c for c in suite.cases}
     lines = None
     if world.is_root and show_progress:   # batch logs: one line per Case, from rank 0
-        from ..ui import CaseLines, describe_case
+        from ..ui import CaseLines, describe_case, headline
 
         lines = CaseLines(sum(cid not in done for l in suite.launches if l.ranks == world.size
                               for cid in l.case_ids))
 
         def on_row(row: dict) -> None:
-            lines.case_done(describe_case(by_id[row["case_id"]]), str(row.get("status")))
+            lines.case_done(describe_case(by_id[row["case_id"]], row), str(row.get("status")), headline(row))
     measured_env = None
     for launch in suite.launches:
         cases = [by_id[cid] for cid in launch.case_ids if cid not in done]

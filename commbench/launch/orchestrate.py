@@ -65,7 +65,8 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     done = folder.done_case_ids() if resume else set()
     done |= record_unsupported(folder, suite, done)
     todo = [c for c in suite.cases if c.case_id not in done]
-    display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id)
+    display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id,
+                         row_of=lambda cid: _stored_row(folder, cid))
     with display:
         for launch in suite.launches:
             pending = [cid for cid in launch.case_ids if cid not in done]
@@ -96,6 +97,11 @@ def _launch_record(launch, held_off: bool) -> dict:
             **({"env_not_held": asked} if asked else {}),
             "hosts": list(launch.hosts), "variant": launch.variant,
             "log": f"logs/launch-{launch.launch_id}.log", "status": "running", "reason": "", "wall_s": 0.0}
+
+
+def _stored_row(folder: RunFolder, case_id: str) -> dict | None:
+    """The row rank 0 stored for a Case that just finished (the progress line shows its numbers)."""
+    return next((r for r in reversed(folder.latest_rows()) if r.get("case_id") == case_id), None)
 
 
 def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display,

@@ -3,16 +3,22 @@ taken before and after and stored in run.json (``machine_load``), so a compariso
 slow point was measured on a busy machine instead of calling it a regression.
 
 A machine counts as busy when the 1-minute load average, less the ranks commbench itself ran on
-this host, is above BUSY_LOAD_PER_CPU per usable CPU, or when other processes held a GPU."""
+this host, is above BUSY_LOAD_PER_CPU per usable CPU, or when other processes held a GPU. Before a
+run that follows another of this process (`run --repeat`, `accept`), what the previous run's ranks
+still weigh in the 1-minute average is ours too: the kernel decays it by exp(-t/60)."""
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
+import time
 from datetime import datetime, timezone
 
 BUSY_LOAD_PER_CPU = 0.5
 NVIDIA_SMI_TIMEOUT_S = 10.0
+LOAD_AVG_1M_DECAY_S = 60.0   # the 1-minute load average forgets an exited process as exp(-t/60 s)
+_last_snapshot: list[float] = []   # monotonic time of this process's previous snapshot
 
 
 def _usable_cpus() -> int:
@@ -54,10 +60,26 @@ def snapshot(exclude_pids: set[int] | None = None) -> dict:
     except (AttributeError, OSError):
         one = five = fifteen = None
     pids = {os.getpid()} | set(exclude_pids or ())
-    return {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    snap = {"utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "load_avg_1m": one, "load_avg_5m": five, "load_avg_15m": fifteen,
             "cpu_count": os.cpu_count(), "cpus_usable": _usable_cpus(),
             "gpu_processes": gpu_processes(pids)}
+    now = time.monotonic()
+    if _last_snapshot:   # this process ran a run before: how long ago it took its last look
+        snap["own_previous_s"] = round(now - _last_snapshot[-1], 1)
+    _last_snapshot[:] = [now]
+    return snap
+
+
+def own_load(snap: dict, when: str, own_ranks: int) -> float:
+    """What commbench's own ranks weigh in a snapshot's 1-minute load average: all of them just
+    after the run; before it, what is left of a previous run of this process."""
+    if when == "after":
+        return float(own_ranks)
+    gap_s = snap.get("own_previous_s")
+    if not isinstance(gap_s, (int, float)):
+        return 0.0
+    return own_ranks * math.exp(-max(0.0, gap_s) / LOAD_AVG_1M_DECAY_S)
 
 
 def busy_reasons(load: dict | None, own_ranks: int = 0) -> list[str]:
@@ -73,8 +95,8 @@ def busy_reasons(load: dict | None, own_ranks: int = 0) -> list[str]:
             continue
         cpus = snap.get("cpus_usable") or snap.get("cpu_count") or 1
         one = snap.get("load_avg_1m")
-        # ranks still counted in the 1-minute average after the run are ours, not another user's
-        others = None if one is None else one - (own_ranks if when == "after" else 0)
+        # ranks still counted in the 1-minute average are ours, not another user's
+        others = None if one is None else one - own_load(snap, when, own_ranks)
         if others is not None and others > BUSY_LOAD_PER_CPU * cpus:
             reasons.append(f"load average {one:.1f} on {cpus} CPU(s) {when} the run")
         procs = snap.get("gpu_processes") or []

@@ -284,3 +284,25 @@ def test_nvshmem_version_from_header_when_no_package(monkeypatch, tmp_path):
     monkeypatch.setenv("NVSHMEM_HOME", str(tmp_path / "missing"))
     monkeypatch.setattr(sysinfo, "find_spec", lambda name: None)
     assert sysinfo._nvshmem() is None
+
+
+def test_a_repeat_does_not_count_its_own_previous_repeat_as_load(monkeypatch):
+    """Two ranks just ended (load 2.4 on 2 CPUs): before the next repeat, 10 s later, that is ours."""
+    from commbench.sysinfo import load
+
+    monkeypatch.setattr(load, "gpu_processes", lambda pids=None: [])
+    monkeypatch.setattr(load, "_last_snapshot", [])
+    monkeypatch.setattr(load.os, "getloadavg", lambda: (2.4, 1.0, 0.5))
+    clock = iter([100.0, 200.0, 210.0])
+    monkeypatch.setattr(load.time, "monotonic", lambda: next(clock))
+    first = load.snapshot()          # the first run of this process: nothing of ours before it
+    assert "own_previous_s" not in first
+    load.snapshot()                  # its "after"
+    second = load.snapshot()         # the next repeat's "before", 10 s later
+    assert second["own_previous_s"] == 10.0
+    for snap in (first, second):
+        snap["cpus_usable"] = 2
+    assert load.busy_reasons({"before": second, "own_ranks": 2}) == []          # 2.4 - 2 e^(-1/6) < 1
+    assert load.busy_reasons({"before": first, "own_ranks": 2})                 # a stranger's load
+    second["own_previous_s"] = 600.0                                             # long gone: not ours
+    assert load.busy_reasons({"before": second, "own_ranks": 2})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -39,14 +40,82 @@ def test_list_at_80_columns_cuts_no_name():
     assert "\x1b" not in res.stdout                       # a pipe gets no colour codes
 
 
-def test_summary_at_80_columns_keeps_op_names():
+def _summary(df, unstable=None, width=80) -> str:
     buf = io.StringIO()
-    console = Console(file=buf, width=80, force_terminal=False)
-    print_summary(console, load(RUNS / "cpu-base"), RUNS / "cpu-base", [])
-    text = buf.getvalue()
-    assert "…" not in text and max(map(len, text.splitlines())) <= 80
+    print_summary(Console(file=buf, width=width, force_terminal=False), df, RUNS / "x", [], unstable=unstable)
+    return buf.getvalue()
+
+
+def test_summary_at_80_columns_keeps_op_names_and_never_wraps_a_row():
+    df = load(RUNS / "cpu-base")
+    text = _summary(df)
+    lines = text.splitlines()
+    assert "…" not in text and max(map(len, lines)) <= 80
+    firsts = [line.split()[0] for line in lines if line.split()]
     for op in ("reduce_scatter", "all_reduce", "all_gather", "broadcast", "sendrecv"):
-        assert f" {op} " in text
+        assert op in firsts
+    groups = df.groupby(["op", "backend", "variant"]).ngroups
+    assert sum(f in set(df["op"]) for f in firsts) == groups   # one line per group: none wrapped
+
+
+def test_summary_says_how_many_points_were_unstable_and_why():
+    from commbench.analysis.finish import _unstable
+    from commbench.analysis.report.tables import unstable
+
+    df = load(RUNS / "cpu-base").copy()
+    df.loc[df.index[:5], "time_us_p90"] = df.loc[df.index[:5], "time_us"] * 2   # 5 slow tails
+    count, rule = _unstable(df)
+    assert count == len(unstable(df)) >= 5 and "1.25x the median" in rule
+    text = _summary(df, unstable=(count, rule))
+    assert f"{count} of {len(df)} ok points unstable: p90 time above 1.25x the median" in text
+    assert max(map(len, text.splitlines())) <= 80
+    assert "no unstable points" in _summary(df, unstable=(0, rule))
+
+
+def _training_rows():
+    import pandas as pd
+
+    base = {"suite": "training", "bench": "fsdp", "family": "training", "op": "fsdp", "backend": "nccl",
+            "variant": "default", "dtype": "bfloat16", "status": "ok", "reason": "", "busbw_gbps": 1.0,
+            "time_us_p90": 1.0}
+    return pd.DataFrame([{**base, "size_bytes": 221184, "time_us": 900.0, "step_us": 900.0,
+                          "exposed_comm_us": 90.0, "overlap_pct": 80.0},
+                         {**base, "size_bytes": 442368, "time_us": 1200.0, "step_us": 1200.0,
+                          "exposed_comm_us": 300.0, "overlap_pct": 60.0}])
+
+
+def test_a_training_summary_shows_step_time_and_the_stored_sizes_not_a_busbw():
+    text = _summary(_training_rows())
+    assert "216KiB-432KiB" in text and "step 900.0 us" in text and "overlap 80%" in text
+    assert "GB/s" not in text and "1MiB" not in text
+
+
+def test_headline_takes_the_columns_the_row_has():
+    from commbench.ui import headline
+
+    assert headline({"status": "ok", "time_us": 12.34, "busbw_gbps": 4.567}) == "12.3 us, busbw 4.57 GB/s"
+    assert headline({"status": "ok", "time_us": 900, "step_us": 900.0, "exposed_comm_us": 90.0,
+                     "overlap_pct": 80.0, "busbw_gbps": 3.0}) == "step 900.0 us, exposed 90.0 us, overlap 80%"
+    assert headline({"status": "ok", "layer_us": 250.0, "dispatch_us": 60.0, "expert_us": 100.0,
+                     "combine_us": 70.0}) == "layer 250.0 us (dispatch 60.0 us, expert 100.0 us, combine 70.0 us)"
+    assert headline({"status": "ok", "time_us": 2.0, "latency_p50_us": 1.5,
+                     "latency_p99_us": 3.25}) == "p50 1.50 us, p99 3.25 us"
+    assert headline({"status": "skipped", "reason": "nccl backend needs a GPU"}) == "nccl backend needs a GPU"
+    assert headline({"status": "wrong", "time_us": 5.0, "busbw_gbps": None, "wrong": 3}) == "5.00 us, 3 wrong"
+
+
+def test_a_case_line_names_the_size_the_row_stored():
+    from commbench.ui import describe_case
+
+    class Step(_Case):
+        size_bytes = 1 << 20   # the suite's nominal size; the family stored the bytes a step moves
+
+        def param(self, name):
+            return None
+
+    assert " 216KiB [" in describe_case(Step(), {"size_bytes": 221184}) and "1MiB" not in describe_case(
+        Step(), {"size_bytes": 221184})
+    assert " 1MiB [" in describe_case(Step())
 
 
 class _Case:
@@ -65,14 +134,16 @@ def test_progress_line_at_80_columns_keeps_counts_and_eta():
         display.event({"event": "done", "case_id": "c", "status": "ok"})
     table = display.progress.make_tasks_table(display.progress.tasks)
     console.print(table)
-    line = [ln for ln in buf.getvalue().splitlines() if "3/152" in ln]
+    line = [ln for ln in buf.getvalue().splitlines() if "3/152" in ln and not ln.startswith("[")]
     assert line and "ETA" in line[0] and len(line[0]) <= 80, buf.getvalue()
 
 
 def test_not_a_terminal_one_line_per_case_no_ansi():
     buf = io.StringIO()
     console = Console(file=buf, width=80, force_terminal=False)
-    display = RunDisplay(console, total=2, enabled=True, by_id={"c": _Case()})
+    rows = iter([{"case_id": "c", "status": "ok", "time_us": 3.5, "busbw_gbps": 1.25},
+                 {"case_id": "c", "status": "failed", "reason": "ranks exited with status 1"}])
+    display = RunDisplay(console, total=2, enabled=True, by_id={"c": _Case()}, row_of=lambda cid: next(rows))
     assert not display.live
     with display:
         for status in ("ok", "failed"):
@@ -81,13 +152,22 @@ def test_not_a_terminal_one_line_per_case_no_ansi():
     out = buf.getvalue().splitlines()
     assert len(out) == 2 and out[0].startswith("[1/2] ok ") and out[1].startswith("[2/2] failed ")
     assert "reduce_scatter mpi float32 4KiB" in out[0] and "ETA" in out[1] and "\x1b" not in buf.getvalue()
+    assert ": 3.50 us, busbw 1.25 GB/s (" in out[0] and ": ranks exited with status 1 (" in out[1]
 
 
-def test_case_lines_count_and_eta():
+def test_case_lines_eta_counts_cases_not_start_up(monkeypatch):
+    """30 s of start-up, then a Case a second: the ETA says seconds, not 30 s per Case."""
+    import commbench.ui as ui
+
+    clock = iter([0.0, 30.0, 31.0, 32.0, 33.0])
+    monkeypatch.setattr(ui.time, "time", lambda: next(clock))
     got = []
     lines = CaseLines(4, got.append)
-    lines.case_done("a", "ok")
-    assert got[0].startswith("[1/4] ok      a (0:00:00 elapsed, ETA 0:00:00")
+    for name in "abcd":
+        lines.case_done(name, "ok", "1.00 us")
+    assert got[0] == "[1/4] ok      a: 1.00 us (0:00:30 elapsed, ETA -:--:--)"
+    assert got[1].endswith("(0:00:31 elapsed, ETA 0:00:02)")     # 1 s per Case, 2 Cases left
+    assert got[3].endswith("(0:00:33 elapsed, ETA 0:00:00)")
 
 
 SUITE = textwrap.dedent("""\
@@ -106,6 +186,7 @@ def test_a_redirected_run_has_one_line_per_case_and_no_ansi(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "\x1b" not in res.stdout + res.stderr
     assert res.stderr.count("[1/2] ok ") == 1 and res.stderr.count("[2/2] ok ") == 1, res.stderr
+    assert len(re.findall(r"\]: [0-9.,]+ us", res.stderr)) == 2, res.stderr   # each line: the Case's time
 
 
 @needs_mpi
@@ -119,4 +200,18 @@ def test_rank_zero_of_an_mpi_job_prints_the_progress(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("[1/2] ok ") == 1 and res.stdout.count("[2/2] ok ") == 1, res.stdout
+    assert len(re.findall(r"\]: [0-9.,]+ us", res.stdout)) == 2, res.stdout
     assert res.stdout.count("commbench: 2 ok, 0 skipped") == 1 and "\x1b" not in res.stdout
+
+
+def test_list_filters_by_family_and_op():
+    everything = _cli("list", env={"COLUMNS": "80"}).stdout
+    one = _cli("list", "collectives", env={"COLUMNS": "80"})
+    assert one.returncode == 0 and "family collectives" in one.stdout and "suite keys" not in one.stdout
+    assert one.stdout.count("family ") == 1 and len(one.stdout.splitlines()) < len(everything.splitlines()) / 5
+    by_op = _cli("list", "--op", "all_reduce", env={"COLUMNS": "80"})
+    names = {line.split("family ", 1)[1].split(":")[0] for line in by_op.stdout.splitlines() if "family " in line}
+    assert {"collectives", "allreduce"} <= names and "training" not in names
+    for argv in (["list", "nope"], ["list", "--op", "nope"], ["list", "training", "--op", "all_reduce"]):
+        res = _cli(*argv)
+        assert res.returncode == 2 and "commbench: error:" in res.stderr, argv
