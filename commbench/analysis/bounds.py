@@ -1,0 +1,162 @@
+"""The ceiling of each row: ``bound_gbps`` (the most busbw the links it crossed can carry),
+``bound_link`` (which link limits), ``bound_reason`` (why there is none, or what was assumed)
+and ``pct_of_bound`` (busbw / bound x 100), from the rows and run.json's ``links``.
+
+busbw is normalised so that a ring's ceiling is the slowest link's one-way bandwidth
+(docs/metrics.md), so for most ops the bound is that link: NVLink (else PCIe) within a node, the
+node's NICs between nodes, HBM / 2 for a copy on one GPU. The rules per op and their sources are
+in docs/metrics.md ("Bounds"). Nothing here raises on a row: a bound that cannot be computed is
+empty and the reason says why.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import pandas as pd
+
+from . import bound_limits as lim
+from .bound_limits import Limit, NoLimit
+from .rehearsal import ranks_per_gpu, shared_reason
+from ..comm.ops import OPS
+
+BOUND_COLUMNS = ("bound_gbps", "bound_link", "bound_reason", "pct_of_bound")
+HOST_BACKENDS = ("gloo", "mpi")
+NO_BOUND_FAMILIES = {"harness": "the harness family measures no bandwidth",
+                     "proxy": "the proxy family's traffic is GPU-host commands, not a bus bound here"}
+EGRESS_FAMILIES = ("moe", "training")      # busbw = bytes leaving a rank / time
+P2P_OPS = ("put", "get", "p", "put_signal", "atomic_fetch_add", "put_latency", "get_latency", "pingpong")
+
+
+def _num(row: Mapping, key: str, default: float | None = None) -> float | None:
+    try:
+        v = float(row.get(key))
+    except (TypeError, ValueError):
+        return default
+    return v if math.isfinite(v) else default
+
+
+def _nvls(row: Mapping, links: dict) -> bool:
+    """An all_reduce that may have used NVLink SHARP (the switch reduces): multicast supported,
+    and neither the NCCL algorithm seen nor the family's setting rules it out."""
+    if str(row.get("allow_multicast", "")).lower() in ("false", "0"):
+        return False
+    algo = str(row.get("nccl_algo") or "").strip()
+    if algo and algo.lower() not in ("nan", "none") and "nvls" not in algo.lower():
+        return False
+    return bool(links.get("multicast"))
+
+
+def _within_node(row: Mapping, links: dict, n: int) -> Limit:
+    link = lim.gpu_link(links)
+    op = str(row.get("op"))
+    if op == "all_reduce" and link.link.startswith("nvlink") and _nvls(row, links):
+        # With the switch reducing, each GPU must still receive the whole result once: busbw
+        # (2(n-1)/n x S/t) <= 2(n-1)/n x link.
+        return Limit(link.gbps * 2 * (n - 1) / n, link.link + " nvls")
+    if op in P2P_OPS and str(row.get("direction", "")) == "bi":
+        return Limit(link.gbps * 2, link.link + " both ways")
+    return link
+
+
+def _between_nodes(row: Mapping, links: dict, n: int, nodes: int, per_node: int) -> Limit:
+    """The node's NICs, normalised like busbw: a ring's traffic out of a node is spread over the
+    NICs of the GPUs it uses, so busbw <= what those NICs carry together."""
+    nics = lim.node_nics(links, per_node)
+    op = str(row.get("op"))
+    spread = nodes * (n - 1) / (n * (nodes - 1))          # the share of the buffer that must leave a node
+    if op == "all_reduce":
+        algo = str(row.get("nccl_algo") or "")
+        if algo.strip().lower() == "ring":
+            return Limit(nics.used, nics.link)
+        # Tree or in-network reduction (SHARP): a node sends and receives at least the buffer once.
+        return Limit(nics.used * 2 * (n - 1) / n, nics.link + " tree")
+    if op == "alltoall":
+        return Limit(nics.used / per_node * spread, nics.link)
+    if op in ("gather", "scatter"):
+        return Limit(nics.used * spread, nics.link)
+    if op in P2P_OPS or row.get("family") in EGRESS_FAMILIES:
+        per_gpu = nics.per_gpu * (2 if str(row.get("direction", "")) == "bi" else 1)
+        if row.get("family") in EGRESS_FAMILIES:   # a rank's bytes leave over NVLink and its NICs
+            return Limit(lim.gpu_link(links).gbps + per_gpu, f"{lim.gpu_link(links).link}+{nics.link}")
+        return Limit(per_gpu, nics.link)
+    return Limit(nics.used, nics.link)                      # rings: all_gather, reduce_scatter, ...
+
+
+def _one_rank(row: Mapping, links: dict) -> tuple[Limit | None, str]:
+    op = str(row.get("op"))
+    if op in OPS and OPS[op].bus_factor(1) == 0:
+        return None, "one rank: busbw is 0 by definition (no bus traffic)"
+    if str(row.get("in_place", "")).lower() in ("true", "1") and op in OPS:
+        return None, "one rank in place: nothing has to move"
+    if op in OPS:   # an out-of-place broadcast, reduce or sendrecv on one GPU is a device copy
+        hbm = lim.hbm(links)
+        return Limit(hbm.gbps / 2, hbm.link), "a copy within one GPU reads and writes HBM: bound = HBM / 2"
+    return None, "one rank: no link is crossed"
+
+
+def row_bound(row: Mapping, links: dict | None) -> tuple[Limit | None, str]:
+    """(the row's limit, the reason: why none, or what the bound assumes)."""
+    family, backend = str(row.get("family", "")), str(row.get("backend", ""))
+    shared = ranks_per_gpu(row.get("ranks_per_gpu"))
+    if shared > 1:
+        return None, "no bound: " + shared_reason(shared)
+    if family in NO_BOUND_FAMILIES:
+        return None, NO_BOUND_FAMILIES[family]
+    if backend in HOST_BACKENDS:
+        return None, f"backend {backend} moves host memory: no GPU link bound"
+    op = str(row.get("op"))
+    if op not in OPS and op not in P2P_OPS and family not in EGRESS_FAMILIES:
+        return None, f"no bound rule for {family} {op}"
+    n = int(_num(row, "world_size", 1) or 1)
+    nodes = int(_num(row, "num_nodes", 1) or 1)
+    per_node = int(_num(row, "ranks_per_node", n / nodes) or max(1, n // nodes))
+    try:
+        if n <= 1:
+            return _one_rank(row, links or {})
+        inside = _within_node(row, links or {}, n)
+        if nodes <= 1:
+            return inside, ""
+        between = _between_nodes(row, links, n, nodes, per_node)
+        return (between if between.gbps <= inside.gbps else inside), (
+            "" if lim.node_nics(links, per_node).railed else
+            "NIC affinity unknown: every NIC of the node counted for the GPUs used")
+    except NoLimit as exc:
+        return None, str(exc)
+
+
+def with_bounds(rows: pd.DataFrame, meta: dict | None) -> pd.DataFrame:
+    """``rows`` with the bound columns added (one run: its run.json ``meta``)."""
+    out = rows.copy()
+    links = (meta or {}).get("links")
+    found = []
+    for _, row in out.iterrows():
+        if not links or not (links or {}).get("gpus"):
+            limit, reason = None, _no_links_reason(links)
+        else:
+            limit, reason = row_bound(row.to_dict(), links)
+        found.append((limit, reason))
+    out["bound_gbps"] = [round(lim_.gbps, 2) if lim_ else math.nan for lim_, _ in found]
+    out["bound_link"] = [lim_.link if lim_ else "" for lim_, _ in found]
+    out["bound_reason"] = [reason for _, reason in found]
+    busbw = pd.to_numeric(out["busbw_gbps"], errors="coerce") if "busbw_gbps" in out else math.nan
+    out["pct_of_bound"] = (busbw / out["bound_gbps"] * 100).round(1)
+    return out
+
+
+def _no_links_reason(links: Any) -> str:
+    if not links:
+        return "no bound: run.json does not describe the machine's links (recorded since commbench wrote `links`)"
+    return "no bound: the machine's links were not read: " + ("; ".join(links.get("problems") or []) or "no GPU")
+
+
+def with_bounds_runs(runs: list) -> pd.DataFrame:
+    """Every run's rows with their bounds (each run by its own run.json), with a 'run' column
+    when there are several."""
+    frames = []
+    for run in runs:
+        df = with_bounds(run.results, run.meta)
+        if len(runs) > 1:
+            df.insert(0, "run", run.label)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
