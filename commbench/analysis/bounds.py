@@ -36,24 +36,28 @@ def _num(row: Mapping, key: str, default: float | None = None) -> float | None:
     return v if math.isfinite(v) else default
 
 
-def _nvls(row: Mapping, links: dict) -> bool:
-    """An all_reduce that may have used NVLink SHARP (the switch reduces): multicast supported,
-    and neither the NCCL algorithm seen nor the family's setting rules it out."""
-    if str(row.get("allow_multicast", "")).lower() in ("false", "0"):
-        return False
+def _algo(row: Mapping) -> str:
     algo = str(row.get("nccl_algo") or "").strip()
-    if algo and algo.lower() not in ("nan", "none") and "nvls" not in algo.lower():
-        return False
-    return bool(links.get("multicast"))
+    return "" if algo.lower() in ("nan", "none") else algo
+
+
+def _ring_only(row: Mapping) -> bool:
+    """An all_reduce known to move its data as a ring does (reduce-scatter then all-gather):
+    NCCL's Ring, or commbench's own all-reduce without multicast (one-shot moves more)."""
+    if row.get("family") == "allreduce":
+        return str(row.get("allow_multicast", "")).lower() in ("false", "0")
+    return _algo(row).lower() == "ring"
 
 
 def _within_node(row: Mapping, links: dict, n: int) -> Limit:
     link = lim.gpu_link(links)
     op = str(row.get("op"))
-    if op == "all_reduce" and link.link.startswith("nvlink") and _nvls(row, links):
-        # With the switch reducing, each GPU must still receive the whole result once: busbw
-        # (2(n-1)/n x S/t) <= 2(n-1)/n x link.
-        return Limit(link.gbps * 2 * (n - 1) / n, link.link + " nvls")
+    if op == "all_reduce" and not _ring_only(row):
+        # Tree, NVLS (the switch reduces) or an algorithm not recorded: whatever the algorithm,
+        # each GPU must receive the whole result once, so busbw (2(n-1)/n x S/t) <= 2(n-1)/n x link.
+        algo = _algo(row).lower()
+        nvls = "nvls" in algo or (not algo and bool(links.get("multicast")) and link.link.startswith("nvlink"))
+        return Limit(link.gbps * 2 * (n - 1) / n, link.link + (" nvls" if nvls else " any-algo"))
     if op in P2P_OPS and str(row.get("direction", "")) == "bi":
         return Limit(link.gbps * 2, link.link + " both ways")
     return link
@@ -66,8 +70,7 @@ def _between_nodes(row: Mapping, links: dict, n: int, nodes: int, per_node: int)
     op = str(row.get("op"))
     spread = nodes * (n - 1) / (n * (nodes - 1))          # the share of the buffer that must leave a node
     if op == "all_reduce":
-        algo = str(row.get("nccl_algo") or "")
-        if algo.strip().lower() == "ring":
+        if _ring_only(row):
             return Limit(nics.used, nics.link)
         # Tree or in-network reduction (SHARP): a node sends and receives at least the buffer once.
         return Limit(nics.used * 2 * (n - 1) / n, nics.link + " tree")
@@ -116,13 +119,22 @@ def row_bound(row: Mapping, links: dict | None) -> tuple[Limit | None, str]:
             return _one_rank(row, links or {})
         inside = _within_node(row, links or {}, n)
         if nodes <= 1:
-            return inside, ""
+            return inside, _note(inside)
         between = _between_nodes(row, links, n, nodes, per_node)
-        return (between if between.gbps <= inside.gbps else inside), (
-            "" if lim.node_nics(links, per_node).railed else
-            "NIC affinity unknown: every NIC of the node counted for the GPUs used")
+        limit = between if between.gbps <= inside.gbps else inside
+        railed = lim.node_nics(links, per_node).railed
+        return limit, "; ".join(filter(None, (_note(limit), "" if railed else
+                                              "NIC affinity unknown: every NIC of the node counted for the GPUs used")))
     except NoLimit as exc:
         return None, str(exc)
+
+
+def _note(limit: Limit) -> str:
+    """What a bound assumed, when it is not the plain link."""
+    if limit.link.endswith((" any-algo", " nvls", " tree")):
+        return ("all_reduce not known to run as a ring (nccl_algo): bounded for any algorithm, each GPU "
+                "(node) receiving the result once; NCCL_ALGO=Ring or --profile nccl gives the ring bound")
+    return ""
 
 
 def with_bounds(rows: pd.DataFrame, meta: dict | None) -> pd.DataFrame:
