@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# The columns analysis/bounds.py adds to rows (report, accept rules and compare may name them).
+BOUND_COLUMNS = ("bound_gbps", "bound_link", "bound_reason", "pct_of_bound")
+
 
 @dataclass(frozen=True)
 class Limit:

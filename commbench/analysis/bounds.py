@@ -16,11 +16,11 @@ from typing import Any, Mapping
 import pandas as pd
 
 from . import bound_limits as lim
-from .bound_limits import Limit, NoLimit
+from .bound_limits import BOUND_COLUMNS, Limit, NoLimit
 from .rehearsal import ranks_per_gpu, shared_reason
 from ..comm.ops import OPS
 
-BOUND_COLUMNS = ("bound_gbps", "bound_link", "bound_reason", "pct_of_bound")
+__all__ = ["BOUND_COLUMNS", "row_bound", "with_bounds", "with_bounds_runs"]
 HOST_BACKENDS = ("gloo", "mpi")
 NO_BOUND_FAMILIES = {"harness": "the harness family measures no bandwidth",
                      "proxy": "the proxy family's traffic is GPU-host commands, not a bus bound here"}

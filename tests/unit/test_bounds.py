@@ -10,7 +10,7 @@ import pytest
 from commbench.analysis import bound_limits
 from commbench.analysis.bounds import row_bound, with_bounds
 from commbench.sysinfo import links
-from links_fixtures import FIXTURES, h100_links, h100_nvml, h100_rail_links, h200_links, rail_sysfs
+from tests.unit.links_fixtures import FIXTURES, h100_links, h100_nvml, h100_rail_links, h200_links, rail_sysfs
 
 
 def _row(op, n=8, nodes=1, family="collectives", **extra):
@@ -137,3 +137,65 @@ def test_link_names():
     assert bound_limits.link_name("nvlink4x18") == "NVLink 4 (18 links)"
     assert bound_limits.link_name("pcie5x16") == "PCIe 5 x16"
     assert bound_limits.link_name("hbm3e") == "HBM3E"
+
+
+def _run_folder(tmp_path, machine, rows) -> "Path":
+    """A stored run folder (results.csv, run.json with ``links``) as `commbench run` writes one."""
+    import json
+
+    from commbench.runfolder.schema import COLUMNS
+
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    full = [{**dict.fromkeys(COLUMNS, ""), "suite": "s", "bench": "b", "status": "ok", "wrong": 0, "dtype": "float32",
+             "variant": "default", "timing": "events", "log": "logs/l.log", **r} for r in rows]
+    for i, r in enumerate(full):
+        r["case_id"] = f"c{i}"
+    pd.DataFrame(full).to_csv(folder / "results.csv", index=False)
+    (folder / "run.json").write_text(json.dumps({"schema_version": 1, "suite": "s", "links": machine}))
+    return folder
+
+
+def _ag_rows():
+    sizes_busbw = ((2**20, 40.0), (2**26, 300.0), (2**30, 409.5))
+    return [{**_row("all_gather"), "size_bytes": s, "busbw_gbps": b, "time_us": 1.0} for s, b in sizes_busbw]
+
+
+def test_report_has_the_bounds_section(tmp_path):
+    from commbench.analysis.report.build import build_report
+    from commbench.runfolder.reader import load_run
+
+    run = load_run(_run_folder(tmp_path, h100_links(tmp_path), _ag_rows()))
+    doc = build_report([run])
+    sec = next(s for s in doc.sections if s.title.startswith("Bounds"))
+    texts = [i for i in sec.items if isinstance(i, str)]
+    assert any("all_gather nccl, 8 rank(s), reaches 91% of NVLink 4 (18 links) at 1GiB (bound 450 GB/s)" in t
+               for t in texts), texts
+    tables = [i for i in sec.items if isinstance(i, pd.DataFrame)]
+    assert tables[0]["best pct_of_bound"].tolist() == [91.0]
+    assert [i.alt for i in doc.images()].count("busbw vs size with bounds") == 1
+
+
+def test_report_says_why_a_machine_has_no_bound(tmp_path):
+    from commbench.analysis.report.build import build_report
+    from commbench.runfolder.reader import load_run
+
+    machine = links.collect({}, nvml=None, smi_text="", sys_root=str(tmp_path))
+    doc = build_report([load_run(_run_folder(tmp_path, machine, _ag_rows()))])
+    sec = next(s for s in doc.sections if s.title.startswith("Bounds"))
+    why = next(i for i in sec.items if getattr(i, "title", "") == "Rows without a bound").items[0]
+    assert "links were not read" in why["why"][0] and why["rows"][0] == 3
+
+
+def test_accept_rule_on_pct_of_bound(tmp_path):
+    from commbench.analysis.accept.rules import load_rules
+    from commbench.analysis.accept.verdict import evaluate
+    from commbench.runfolder.reader import load_run
+
+    run = load_run(_run_folder(tmp_path, h100_links(tmp_path), _ag_rows()))
+    for floor, passed in ((90, True), (95, False)):
+        rules = tmp_path / f"r{floor}.yaml"
+        rules.write_text("rules:\n  - name: near-nvlink\n    select: {op: all_gather, size_bytes: {min: 1GiB}}\n"
+                         f"    metric: pct_of_bound\n    op: \">=\"\n    value: {floor}\n")
+        verdict = evaluate(run, load_rules(rules))[0][0]
+        assert verdict.passed is passed and verdict.unit == "%" and "91" in verdict.measured, verdict
