@@ -21,11 +21,10 @@ PCIE_GBPS_PER_LANE = {1: 0.25, 2: 0.5, 3: 8 * 128 / 130 / 8, 4: 16 * 128 / 130 /
 # HBM bandwidth (GB/s, reads and writes together) by GPU model, from NVIDIA's datasheets. The
 # first pattern that matches the name (case-insensitive) wins: the more specific ones come first.
 HBM_BY_MODEL = (
-    (r"H200", 4800.0, "hbm3e"),
+    (r"(?<!G)H200", 4800.0, "hbm3e"),   # not GH200, whose HBM3e runs faster
     (r"H100.*NVL", 3900.0, "hbm3"),
     (r"H100.*PCIe", 2000.0, "hbm2e"),
     (r"H100", 3350.0, "hbm3"),          # H100 SXM5 80GB ("NVIDIA H100 80GB HBM3")
-    (r"GH200", 4000.0, "hbm3"),
     (r"B200", 8000.0, "hbm3e"),
     (r"A100.*PCIe.*80GB|A100 80GB PCIe", 1935.0, "hbm2e"),
     (r"A100.*80GB", 2039.0, "hbm2e"),   # A100 SXM4 80GB
