@@ -131,7 +131,8 @@ def describe_gpu(raw: dict[str, Any], smi_nvlink: dict | None, sys_root: str, ni
     active = raw.get("nvlink_active")
     if active is None:
         active = (smi_nvlink or {}).get("active", 0)
-    gen = nvlink_generation(raw.get("compute_capability"), set(raw.get("nvml_nvlink_versions") or ())) if active else None
+    versions = set(raw.get("nvml_nvlink_versions") or ())
+    gen = nvlink_generation(raw.get("compute_capability"), versions) if active else None
     gen_max, gen_now = raw.get("pcie_gen"), raw.get("pcie_gen_current")
     pcie_gen = max(g for g in (gen_max, gen_now, 0) if g is not None) or None   # idle links train down
     clock = hbm_from_clock(raw.get("memory_clock_mhz"), raw.get("memory_bus_width_bits"))

@@ -15,8 +15,9 @@ def gpu_rows(links: dict[str, Any] | None) -> list[dict[str, str]]:
         nvlink = (f"NVLink {g['nvlink_gen']} x{g['nvlink_active']}: {_gbps(g['nvlink_gbps'])}"
                   if g.get("nvlink_gbps") else "none active")
         now = g.get("pcie_gen_current")
+        trained_down = now and g.get("pcie_gen") and now < g["pcie_gen"]
         pcie = (f"Gen{g['pcie_gen']} x{g['pcie_width']}: {_gbps(g['pcie_gbps'])}"
-                + (f" (Gen{now} now: idle links train down)" if now and g.get("pcie_gen") and now < g["pcie_gen"] else "")
+                + (f" (Gen{now} now: idle links train down)" if trained_down else "")
                 if g.get("pcie_gbps") else "unknown")
         hbm = (f"{g.get('hbm_label', 'hbm').upper()}: {_gbps(g['hbm_gbps'])} ({g.get('hbm_source')}); copy bound "
                f"{_gbps(g['hbm_gbps'] / 2)}" if g.get("hbm_gbps") else "unknown")

@@ -139,7 +139,7 @@ def test_link_names():
     assert bound_limits.link_name("hbm3e") == "HBM3E"
 
 
-def _run_folder(tmp_path, machine, rows) -> "Path":
+def _run_folder(tmp_path, machine, rows):
     """A stored run folder (results.csv, run.json with ``links``) as `commbench run` writes one."""
     import json
 
@@ -199,3 +199,23 @@ def test_accept_rule_on_pct_of_bound(tmp_path):
                          f"    metric: pct_of_bound\n    op: \">=\"\n    value: {floor}\n")
         verdict = evaluate(run, load_rules(rules))[0][0]
         assert verdict.passed is passed and verdict.unit == "%" and "91" in verdict.measured, verdict
+
+
+def test_machine_description_carries_links_and_never_fails():
+    from commbench.sysinfo import machine
+
+    described = machine.collect(probe_gpu=False)
+    assert described["links"]["gpus"] == [] and described["links"]["problems"] == ["GPU probes were skipped"]
+
+
+def test_a_broken_nvml_falls_back_to_nvidia_smi(tmp_path):
+    class Broken:
+        def nvmlInit(self):
+            raise RuntimeError("NVML Shared Library Not Found")
+
+        def nvmlShutdown(self):
+            pass
+
+    text = (FIXTURES / "h200-pcie-smi-q.txt").read_text()
+    machine = links.collect({}, nvml=Broken(), smi_text=text, sys_root=str(tmp_path))
+    assert machine["source"] == "nvidia-smi -q" and machine["gpus"][0]["pcie_gbps"] == 63.02

@@ -94,7 +94,8 @@ def add(doc, report) -> None:
     for run in report.runs:
         links = (run.meta or {}).get("links")
         if links:
-            sub = sec.sub(f"Links of {run.label}" + (f" ({run.meta.get('hostname')})" if run.meta.get("hostname") else ""))
+            host = run.meta.get("hostname")
+            sub = sec.sub(f"Links of {run.label}" + (f" ({host})" if host else ""))
             sub.table(pd.DataFrame(gpu_rows(links)), "no GPU facts")
             if links.get("nics"):
                 sub.table(pd.DataFrame(nic_rows(links)))
