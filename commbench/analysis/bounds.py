@@ -92,7 +92,7 @@ def _one_rank(row: Mapping, links: dict) -> tuple[Limit | None, str]:
         return None, "one rank: busbw is 0 by definition (no bus traffic)"
     if str(row.get("in_place", "")).lower() in ("true", "1") and op in OPS:
         return None, "one rank in place: nothing has to move"
-    if op in OPS:   # an out-of-place broadcast, reduce or sendrecv on one GPU is a device copy
+    if op in OPS or op in P2P_OPS:   # out-of-place broadcast, reduce, sendrecv or a put to itself: a device copy
         hbm = lim.hbm(links)
         return Limit(hbm.gbps / 2, hbm.link), "a copy within one GPU reads and writes HBM: bound = HBM / 2"
     return None, "one rank: no link is crossed"

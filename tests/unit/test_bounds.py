@@ -58,6 +58,8 @@ def test_one_h200(tmp_path):
     m = h200_links(tmp_path)
     assert _bound(_row("broadcast", n=1), m) == (2458.35, "hbm3e")        # a device copy: HBM / 2
     assert _bound(_row("sendrecv", n=1), m) == (2458.35, "hbm3e")
+    assert _bound(_row("put", n=1, family="nvshmem"), m) == (2458.35, "hbm3e")
+    assert "no link is crossed" in _bound(_row("dispatch", n=1, family="moe"), m)[1]
     assert "busbw is 0" in _bound(_row("all_reduce", n=1), m)[1]
     assert "nothing has to move" in _bound(_row("broadcast", n=1, in_place=True), m)[1]
     assert _bound(_row("all_gather", n=2), m) == (63.02, "pcie5x16")        # two such GPUs: PCIe
