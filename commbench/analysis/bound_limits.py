@@ -26,8 +26,9 @@ class NoLimit(Exception):
 def _gpus(links: dict | None) -> list[dict[str, Any]]:
     gpus = (links or {}).get("gpus") or []
     if not gpus:
-        problems = "; ".join((links or {}).get("problems") or []) or "run.json has no `links` (an older run?)"
-        raise NoLimit(f"the machine's links were not read: {problems}")
+        if not links:
+            raise NoLimit("run.json does not describe the machine's links (a run from before commbench recorded them)")
+        raise NoLimit("the machine's links were not read: " + ("; ".join(links.get("problems") or []) or "no GPU"))
     return gpus
 
 

@@ -11,7 +11,7 @@ empty and the reason says why.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
 import pandas as pd
 
@@ -141,25 +141,13 @@ def with_bounds(rows: pd.DataFrame, meta: dict | None) -> pd.DataFrame:
     """``rows`` with the bound columns added (one run: its run.json ``meta``)."""
     out = rows.copy()
     links = (meta or {}).get("links")
-    found = []
-    for _, row in out.iterrows():
-        if not links or not (links or {}).get("gpus"):
-            limit, reason = None, _no_links_reason(links)
-        else:
-            limit, reason = row_bound(row.to_dict(), links)
-        found.append((limit, reason))
+    found = [row_bound(row.to_dict(), links) for _, row in out.iterrows()]
     out["bound_gbps"] = [round(lim_.gbps, 2) if lim_ else math.nan for lim_, _ in found]
     out["bound_link"] = [lim_.link if lim_ else "" for lim_, _ in found]
     out["bound_reason"] = [reason for _, reason in found]
     busbw = pd.to_numeric(out["busbw_gbps"], errors="coerce") if "busbw_gbps" in out else math.nan
     out["pct_of_bound"] = (busbw / out["bound_gbps"] * 100).round(1)
     return out
-
-
-def _no_links_reason(links: Any) -> str:
-    if not links:
-        return "no bound: run.json does not describe the machine's links (recorded since commbench wrote `links`)"
-    return "no bound: the machine's links were not read: " + ("; ".join(links.get("problems") or []) or "no GPU")
 
 
 def with_bounds_runs(runs: list) -> pd.DataFrame:

@@ -50,8 +50,9 @@ def test_unreadable_machine_gives_no_bound_and_says_why(tmp_path):
     assert machine["gpus"] == [] and "nvidia-smi" in machine["problems"][0]
     limit, reason = row_bound(_row("all_gather"), machine)
     assert limit is None and "not read" in reason
-    out = with_bounds(pd.DataFrame([_row("all_gather", busbw_gbps=100.0)]), {})
+    out = with_bounds(pd.DataFrame([_row("all_gather", busbw_gbps=100.0), _row("all_gather", backend="mpi")]), {})
     assert math.isnan(out["bound_gbps"][0]) and "does not describe" in out["bound_reason"][0]
+    assert out["bound_reason"][1] == "backend mpi moves host memory: no GPU link bound"
 
 
 def test_one_h200(tmp_path):

@@ -85,9 +85,11 @@ def add(doc, report) -> None:
     for line in findings(rows):
         sec.text(line)
     sec.table(table(rows), "no row has both a bound and a positive busbw")
-    title = plot_title(rows, [r.meta for r in report.runs])
-    fig = metric_figure(rows, "busbw_gbps", title, report.param_columns, bounds=_bound_lines(rows))
-    sec.image(figure_png(fig) if fig is not None else None, "busbw vs size with bounds", "busbw_bounds.png")
+    lines = _bound_lines(rows)
+    if lines:   # without a bound the plot would repeat Curves
+        title = plot_title(rows, [r.meta for r in report.runs])
+        fig = metric_figure(rows, "busbw_gbps", title, report.param_columns, bounds=lines)
+        sec.image(figure_png(fig) if fig is not None else None, "busbw vs size with bounds", "busbw_bounds.png")
     missing = without_bound(rows)
     if not missing.empty:
         sec.sub("Rows without a bound").table(missing)
