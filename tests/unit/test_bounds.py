@@ -222,3 +222,32 @@ def test_a_broken_nvml_falls_back_to_nvidia_smi(tmp_path):
     text = (FIXTURES / "h200-pcie-smi-q.txt").read_text()
     machine = links.collect({}, nvml=Broken(), smi_text=text, sys_root=str(tmp_path))
     assert machine["source"] == "nvidia-smi -q" and machine["gpus"][0]["pcie_gbps"] == 63.02
+
+
+def _stored(name: str) -> dict:
+    """A machine as `commbench info --json` stores it (its `links`), read back without the machine."""
+    import json
+
+    return json.loads((FIXTURES / f"{name}.json").read_text())["links"]
+
+
+@pytest.mark.parametrize("machine, row, measured, low, high", [
+    # published numbers (docs/metrics.md, "Numbers to compare against") land below their bounds
+    ("8x-h100-nvswitch", _row("all_reduce", nccl_algo="Ring"), 370.0, 80, 85),
+    ("8x-h100-nvswitch", _row("all_reduce", nccl_algo="NVLS"), 482.0, 60, 63),
+    ("8x-h100-nvswitch", _row("alltoall"), 355.0, 78, 80),
+    ("8x-h200-nvswitch", _row("all_reduce", nccl_algo="Ring"), 328.0, 72, 74),
+    ("2-node-h100-rail-400g", _row("all_gather", n=2, nodes=2), 48.0, 95, 97),   # one CX-7 NDR each
+    ("h200-pcie", _row("broadcast", n=1), 2105.0, 85, 86),                       # our H200's device copy
+])
+def test_stored_machine_descriptions(machine, row, measured, low, high):
+    out = with_bounds(pd.DataFrame([{**row, "busbw_gbps": measured}]), {"links": _stored(machine)})
+    assert low <= out["pct_of_bound"][0] <= high, out.iloc[0].to_dict()
+
+
+def test_nvidia_smi_nvlink_status_fallback_with_the_capability_from_the_gpu_query(tmp_path):
+    text = (FIXTURES / "h200-pcie-smi-q.txt").read_text()
+    facts = {"gpus": [{"index": 0, "compute_capability": "9.0"}],
+             "nvlink": [{"index": 0, "links": 18, "active": 18, "link_gbps": [26.562] * 18}]}
+    gpu = links.collect(facts, smi_text=text, sys_root=str(tmp_path))["gpus"][0]
+    assert (gpu["nvlink_gen"], gpu["nvlink_active"], gpu["nvlink_gbps"]) == (4, 18, 450.0)
