@@ -40,5 +40,5 @@ SPEED_SUFFIXES = ("_us", "_gbps", "_per_s", "_pct", "_ratio")
 
 def is_speed_metric(metric: str) -> bool:
     """A column made of times (time_us and its min/p90/max, busbw_gbps, tokens_per_s, overlap_pct,
-    ...), which a shared GPU makes meaningless; wrong, counts and bytes stay meaningful."""
-    return metric.endswith(SPEED_SUFFIXES) or metric.startswith("time_us")
+    pct_of_bound, ...), which a shared GPU makes meaningless; wrong, counts and bytes stay meaningful."""
+    return metric.endswith(SPEED_SUFFIXES) or metric.startswith(("time_us", "pct_of_"))

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 
 from .. import __version__
 from ..safety import active_kill_switches
+from . import links as link_probe
 
 ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "CUDA_", "UCX_", "OMPI_MCA_", "TORCH_", "COMMBENCH_")
 TOOL_TIMEOUT_S = 5.0
@@ -313,7 +314,7 @@ def collect(*, probe_gpu: bool = True) -> dict[str, Any]:
             "python": f"{platform.python_implementation()} {platform.python_version()}",
             "cpu_count": os.cpu_count(), "commbench_version": __version__,
             "git_revision": git.get("revision"), "git_dirty": git.get("dirty"),
-            **gpu,
+            **gpu, "links": _safe(lambda: link_probe.collect(gpu, probe_gpu=probe_gpu)),
             **(_safe(_torch) or {"torch": None, "torch_cuda": None}),
             "nccl": _safe(_nccl), "nvshmem": _safe(_nvshmem), "mpi": mpi_f.result(),
             "cupy": _dist_version("cupy-cuda13x", "cupy-cuda12x", "cupy"),

@@ -51,6 +51,29 @@ def format_info(info: dict[str, Any]) -> Any:
         parts.append(table)
     else:
         parts.append(Text("GPUs: none visible (no nvidia-smi or CUDA driver)"))
+    parts += _links_tables(info.get("links"))
     if info.get("topology"):
         parts.append(Text("topology (nvidia-smi topo -m):\n" + info["topology"]))
     return Group(*parts)
+
+
+def _links_tables(links: Any) -> list[Any]:
+    """The node's links and their limits (sysinfo/links.py), or why they could not be read."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from .links_table import gpu_rows, nic_rows
+
+    parts: list[Any] = []
+    for title, rows in (("links and their limits (bounds: docs/metrics.md)", gpu_rows(links)),
+                        ("network adapters", nic_rows(links))):
+        if rows:
+            table = Table(title=title)
+            for col in rows[0]:
+                table.add_column(col)
+            for row in rows:
+                table.add_row(*row.values())
+            parts.append(table)
+    for problem in (links or {}).get("problems") or []:
+        parts.append(Text(f"links: {problem}"))
+    return parts

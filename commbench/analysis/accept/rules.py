@@ -18,11 +18,13 @@ In an acceptance suite the same goes under one key, which `commbench run` ignore
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commbench.analysis.bound_limits import BOUND_COLUMNS
 from commbench.errors import CommbenchError, preview
 from commbench.runfolder.schema import COLUMNS, FAMILY_COLUMNS
 from commbench.suite.yaml_lines import LineDict, load_yaml
@@ -38,6 +40,7 @@ SIZE_COLUMNS = {"size_bytes"}
 KNOWN_COLUMNS = set(COLUMNS) | set(FAMILY_COLUMNS) | {"nccl_algo", "nccl_proto", "tokens_per_s", "transport",
                                                     "skew_us", "late_rank", "late_share", "late_gap_us", "kernel_us",
                                                     "enqueue_us", "nccl_channels", "nccl_proxy_steps", "profiled"}
+KNOWN_COLUMNS |= set(BOUND_COLUMNS)   # computed from the rows and run.json when a rule names them
 LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold", "pair_metric", "pair_min_excess_us"}
 PAIR_METRICS = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
 
@@ -279,3 +282,14 @@ def check_columns(ruleset: RuleSet, columns) -> None:
         if rule.metric not in have:
             raise RulesError(f"{ruleset.path}:{rule.lines.get('metric')}: field 'metric': unknown "
                              f"column {rule.metric!r} in rule '{rule.name}'")
+
+
+def with_derived_columns(run, ruleset: RuleSet):
+    """The run (a runfolder.reader.Run, or None) with the columns its rules name that are computed
+    rather than stored: the bounds (bound_gbps, pct_of_bound, ...; analysis/bounds.py)."""
+    named = {r.metric for r in ruleset.rules} | {col for r in ruleset.rules for col, _ in r.select.terms}
+    if run is None or not named & set(BOUND_COLUMNS):
+        return run
+    from commbench.analysis.bounds import with_bounds
+
+    return dataclasses.replace(run, results=with_bounds(run.results, run.meta))

@@ -9,7 +9,7 @@ import pandas as pd
 
 from .localize import blame_pairs, host_outliers, slow_from_samples
 from .pairs import as_findings, compare_pairs, pair_key, slow_pair_reasons
-from .rules import Rule, RuleSet, check_columns, metric_unit
+from .rules import Rule, RuleSet, check_columns, metric_unit, with_derived_columns
 from commbench.analysis import rehearsal
 from commbench.runfolder.reader import Run
 from commbench.runfolder.schema import TIME_COLUMNS
@@ -262,6 +262,7 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
 
 def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[list[Verdict], pd.DataFrame]:
     """All verdicts for a run (rules, bad rows, slow nodes) and the localisation table."""
+    run, baseline = with_derived_columns(run, ruleset), with_derived_columns(baseline, ruleset)
     check_columns(ruleset, run.results.columns)
     verdicts = [evaluate_rule(rule, run, baseline) for rule in ruleset.rules]
     verdicts += row_verdicts(run, ruleset.require_all_ok)

@@ -112,9 +112,10 @@ def _colors(labels: list[str]) -> dict[str, object]:
     return {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
 
 
-def metric_figure(df: pd.DataFrame, metric: str, title: str = "", params=()):
+def metric_figure(df: pd.DataFrame, metric: str, title: str = "", params=(), bounds=None):
     """One figure: a panel per op, a line per distinct line key (``params``: line_columns).
-    Returns a Figure or None.
+    ``bounds`` (optional): op -> [(GB/s, label)], drawn as dashed horizontal lines (the ceiling
+    of the links, analysis/bounds.py). Returns a Figure or None.
 
     Up to LEGEND_INSIDE_MAX lines a panel carries its own legend; with more, one legend for the
     whole figure sits right of the panels, so it never covers a curve."""
@@ -148,6 +149,10 @@ def metric_figure(df: pd.DataFrame, metric: str, title: str = "", params=()):
     for ax, (op, sub, lines) in zip(axes.flat, panels):
         for lab, pts in lines:
             handles[lab], = ax.plot(pts.index, pts.values, marker="o", markersize=3, label=lab, color=colors[lab])
+        for gbps, text in (bounds or {}).get(op, ()):
+            ax.axhline(gbps, linestyle="--", linewidth=1, color="0.35")
+            ax.annotate(text, (0.01, gbps), xycoords=("axes fraction", "data"), fontsize=7, color="0.25",
+                        va="bottom")
         _size_axis(ax, list(sub["size_bytes"]))
         ax.set_title(op)
         ax.set_xlabel("size")
