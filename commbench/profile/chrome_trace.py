@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import CommbenchError
 from . import nccl_plugin, nccl_records
-from ..runfolder import timeline_files
+from ..runfolder import check, timeline_files
 
 TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
 
@@ -67,9 +67,21 @@ def _nccl_lines(run_dir: Path, case_id: str, host: str, pid: int) -> list[dict]:
     for path in nccl_plugin.own_files(nccl_plugin.traces_dir(run_dir), pid):
         if f"nccl-{host}-" not in path.name and host:
             continue
-        part = nccl_records.between_marks(nccl_records.read_lines(path), f"begin {case_id}", f"end {case_id}")
+        if os.path.islink(path) or not path.is_file():
+            raise TraceDataError(f"{path}: not a regular file (a link or something else was put there): refused")
+        records = [d for d in nccl_records.parse_lines(check.read_text(path)) if isinstance(d, dict)]
+        part = nccl_records.between_marks(records, f"begin {case_id}", f"end {case_id}")
         lines += part or []
     return lines
+
+
+def _rank_nccl_events(run_dir: Path, case_id: str, rank: int, lines: list[dict], common, lanes) -> list[dict]:
+    """The plugin records of one rank as trace events; records of the wrong shape name the folder."""
+    try:
+        return _nccl_events(nccl_records.tasks_of(lines), rank, common, lanes)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise TraceDataError(f"{nccl_plugin.traces_dir(run_dir)}: the NCCL records of Case {case_id} rank {rank} "
+                             f"are damaged ({type(exc).__name__}: {str(exc)[:80]})") from None
 
 
 class _Lanes:
@@ -161,12 +173,12 @@ def case_trace(run_dir: Path, case_id: str) -> dict:
         if r.get("pid") is None:
             raise TraceDataError(f"{run_dir / 'traces' / 'cases.jsonl'}: Case {case_id} rank {rank} has no pid: "
                                  f"its NCCL records cannot be found")
-        tasks = nccl_records.tasks_of(_nccl_lines(run_dir, case_id, r["host"], int(r["pid"])))
 
         def common(ns: int, _off=offset) -> float:
             return (ns - _off - t0) / 1e3
         lanes = _Lanes()
-        events += _nccl_events(tasks, rank, common, lanes)
+        events += _rank_nccl_events(run_dir, case_id, rank, _nccl_lines(run_dir, case_id, r["host"], int(r["pid"])),
+                                    common, lanes)
         for tid, name in sorted(lanes.names.items()):
             events += _meta(rank, tid, name, tid)
     timed = [e for e in events if e["ph"] != "M"]

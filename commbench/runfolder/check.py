@@ -4,8 +4,8 @@ A results.csv or samples.csv is refused (RunFolderError: file:line: what, exit 2
 UTF-8, is larger than the limit, lacks its final line end or has a line with another number of
 fields than its header (a cut or damaged file), lacks a required column, or holds a value that is
 not what its column needs (`wrong=many`, an empty size_bytes, an unknown status, an `ok` row
-without a time). A
-results.csv that lacks Cases its results.jsonl holds was cut or never rewritten: refused too.
+without a time). A results.csv that lacks Cases its results.jsonl holds was cut or never
+rewritten: refused too.
 """
 from __future__ import annotations
 

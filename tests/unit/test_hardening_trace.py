@@ -152,3 +152,24 @@ def test_a_full_or_read_only_folder_is_named_and_leaves_no_file(tmp_path, monkey
     code, out = _trace(run)
     assert code == 1 and "c0.json" in out and os.strerror(err) in out, out
     _no_files_left(run)
+
+
+@pytest.mark.parametrize("damage", ["link", "binary"])
+def test_a_planted_or_binary_nccl_record_file_is_refused(tmp_path, damage):
+    run = _run(tmp_path)
+    path = run / "traces" / "cases.jsonl"
+    line = json.loads(path.read_text())
+    line["profiled"] = "nccl"
+    path.write_text(json.dumps(line) + "\n")
+    folder = run / "traces" / "nccl"
+    folder.mkdir()
+    plugin_file = folder / "nccl-h-pid100-comm1-rank0.jsonl"
+    if damage == "link":
+        secret = tmp_path / "secret.txt"
+        secret.write_text('{"label": "begin c0"}\n')
+        plugin_file.symlink_to(secret)
+    else:
+        plugin_file.write_bytes(b"\xff\xfe\x00garbage\n")
+    code, out = _trace(run)
+    assert code == 2 and "nccl-h-pid100-comm1-rank0.jsonl" in out, out
+    _no_files_left(run)

@@ -64,8 +64,9 @@ def parse_text(path: Path, text: str) -> list[TestRun]:
             sections.append(cur)
             if m:
                 cur.run.version = m.group(1)
-                cur.run.nccl_headers = parse_int(m.group(2), "nccl-headers", where, 0, MAX_ITERS) if m.group(2) else None
-                cur.run.nccl_library = parse_int(m.group(3), "nccl-library", where, 0, MAX_ITERS) if m.group(3) else None
+                headers, library = m.group(2), m.group(3)
+                cur.run.nccl_headers = parse_int(headers, "nccl-headers", where, 0, MAX_ITERS) if headers else None
+                cur.run.nccl_library = parse_int(library, "nccl-library", where, 0, MAX_ITERS) if library else None
                 continue
         if cur is None:
             continue   # text before nccl-tests starts (a job script's echo, module loads ...)

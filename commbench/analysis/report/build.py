@@ -108,7 +108,8 @@ def _replace(path: Path, data: bytes) -> None:
         tmp = None
     except OSError as exc:
         full = " (the disk or quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-        raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}{full}; no cut file was left there") from None
+        raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}{full}; no cut file was left "
+                               f"there") from None
     finally:
         if tmp is not None:
             try:
