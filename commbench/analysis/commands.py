@@ -23,17 +23,14 @@ def _twin_paths(out: Path) -> tuple[Path, Path]:
 
 
 def _write_both(doc, out: Path) -> tuple[Path, Path]:
-    from .report import html, markdown
+    from .report.build import write_document
 
     html_path, md_path = _twin_paths(out)
     if not html_path.parent.is_dir():
         raise CommbenchError(f"output folder {html_path.parent} does not exist or is not a folder; create it or pick "
                              "another --out.")
     with _writing(html_path):
-        html.write(doc, html_path)
-    with _writing(md_path):
-        markdown.write(doc, md_path)
-    return html_path, md_path
+        return write_document(doc, html_path, md_path)   # temp + rename: no cut report on a full disk
 
 
 @contextmanager

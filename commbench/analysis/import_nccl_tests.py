@@ -19,11 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from commbench import __version__, dtypes, metrics
-from commbench.errors import CommbenchError
+from commbench.errors import CommbenchError, StorageFull
 from commbench.comm.ops import OPS as COLLECTIVE_OPS
 from commbench.comm.ops import ROOT, no_in_place_reason
 
-from .nccl_tests import NcclTestsFormatError, ResultLine, Side, TestRun, read, version_string
+from .nccl_tests import NcclTestsFormatError, ResultLine, Side, TestRun, file_identity, read, version_string
 
 SOURCE = "nccl-tests"
 # nccl-tests binary (without _perf and a build suffix such as _mpi) -> commbench op: the same names.
@@ -35,10 +35,18 @@ DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double
           "f8e5m2": "float8_e5m2"}
 # Slack on top of the printed rounding when comparing bandwidths (float arithmetic only).
 BW_SLACK = 1.01
+# Ops whose nccl-tests table prints redop "none" (no reduction); sendrecv prints "sum" regardless.
+NO_REDOP = ("all_gather", "alltoall", "broadcast")
 
 
 class ImportError_(CommbenchError):
     """The import cannot proceed (output folder taken, repeated points)."""
+
+
+class ImportWriteError(CommbenchError):
+    """The run folder could not be written (full disk, read-only folder): nothing was left."""
+
+    exit_code = 1   # not bad input: the import failed
 
 
 def op_of(run: TestRun) -> str:
@@ -72,6 +80,39 @@ def geometry(run: TestRun) -> tuple[int, int, int]:
     for d in run.devices:
         hosts[d.host] = hosts.get(d.host, 0) + per_device
     return run.world_size, len(hosts), max(hosts.values())
+
+
+def _check_op_columns(op: str, line: ResultLine, program: str | None) -> None:
+    """redop and root as nccl-tests prints them for ``op``: rows of another op under this header
+    (a pasted table) are refused, not attributed to the wrong op."""
+    spec = COLLECTIVE_OPS[op]
+    why = None
+    if spec.reduces and line.redop == "none":
+        why = f"{op} reduces, so nccl-tests prints its reduction (sum, max ...), not 'none'"
+    elif op in NO_REDOP and line.redop != "none":
+        why = f"nccl-tests prints redop 'none' for {op}, not {line.redop!r}"
+    elif spec.rooted and line.root < 0:
+        why = f"{op} has a root, so nccl-tests prints it (>= 0), not {line.root}"
+    elif not spec.rooted and line.root != -1:
+        why = f"{op} has no root, so nccl-tests prints -1, not {line.root}"
+    if why:
+        raise NcclTestsFormatError(
+            f"{line.where}: this row (redop {line.redop!r}, root {line.root}) is not a row of {program}: {why}. "
+            f"Rows of another op under this header (a pasted or mixed-up log) cannot be imported.")
+
+
+def one_rank_note(op: str, side: Side, n: int) -> str | None:
+    """Why a bandwidth of a 1-rank point means nothing (None when it does): in place nothing
+    moves, so the time is the launch cost and the bandwidth a timer artefact; out of place the
+    bus factor (n-1)/n of the all-to-all ops is 0."""
+    if n != 1:
+        return None
+    if side.in_place:
+        return (f"1 rank in place: {op} moves no data, so {side.time_us:g} us is the launch cost and "
+                f"algbw/busbw would be a timer artefact; they are left empty")
+    if metrics.bus_factor(op, 1) == 0:
+        return f"1 rank: busbw of {op} is 0 by nccl-tests' factor (n-1)/n; it is left empty (algbw is the copy rate)"
+    return None
 
 
 def _check_size(op: str, line: ResultLine, elem: int, n: int, dtype: str) -> None:
@@ -135,6 +176,7 @@ def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dic
                                        f"(known: {', '.join(DTYPES)})")
         dtype = DTYPES[line.type_name]
         elem = dtypes.size_bytes(dtype)
+        _check_op_columns(op, line, run.program)
         _check_size(op, line, elem, n, dtype)
         reduce_op = line.redop if COLLECTIVE_OPS[op].reduces else ""
         for side in line.sides:
@@ -147,6 +189,11 @@ def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dic
                         ranks_per_node=rpn, timeout_s=0.0)
             row = case_row(case, world_size=n, num_nodes=num_nodes, ranks_per_node=rpn, log=log)
             status, reason = status_of(op, side, line.count)
+            note = one_rank_note(op, side, n)
+            if note:   # kept as a measured time, but no bandwidth that could headline a report
+                busbw = None
+                algbw = None if side.in_place else algbw
+                reason = reason or note
             row.update(count=line.count, time_us=side.time_us, algbw_gbps=algbw, busbw_gbps=busbw,
                        wrong=side.wrong, status=status, reason=reason, reduce_op=reduce_op,
                        source=SOURCE, source_line=_short_where(line.where, run))
@@ -268,8 +315,15 @@ def _log_bytes(path: Path, runs: list[TestRun]) -> bytes:
 def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE):
     """Parse and check every file; return (rows, samples, meta, logs) without writing anything."""
     rows, samples, described, envs, logs = [], [], [], [], []
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}
     used: set[str] = set()
+    given: dict[tuple[int, int], Path] = {}
+    for path in map(Path, files):
+        first_name = given.setdefault(file_identity(path), path)
+        if first_name is not path:
+            raise ImportError_(
+                f"{path}: given twice (the same file as {first_name}): each nccl-tests run is imported once; "
+                f"put repeated measurements of one point into separate folders.")
     for path in map(Path, files):
         runs = read(path)
         log_name = _log_name(path, used)
@@ -277,8 +331,8 @@ def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE):
         for run in runs:
             r, s = rows_of(run, suite=suite, bench=bench, log=log)
             for row in r:
-                first = seen.setdefault(row["case_id"], row["source_line"])
-                if first != row["source_line"]:
+                first = seen.setdefault(row["case_id"], (log, row["source_line"]))[1]
+                if seen[row["case_id"]] != (log, row["source_line"]):
                     raise ImportError_(
                         f"{row['source_line']}: repeats the point of {first} ({row['op']}, "
                         f"{row['size_bytes']} B {row['dtype']}, in_place={row['in_place']}, timing "
@@ -308,8 +362,12 @@ def write_run_folder(out: Path, rows: list[dict], samples: list[dict], meta: dic
 
     out = Path(out)
     _check_out(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    except OSError as exc:
+        raise ImportWriteError(f"{out}: cannot create the run folder ({exc.strerror or exc}): choose another "
+                               f"--out.") from None
     try:
         os.chmod(tmp, 0o755)
         folder = RunFolder(tmp)
@@ -323,6 +381,12 @@ def write_run_folder(out: Path, rows: list[dict], samples: list[dict], meta: dic
             (tmp / "logs" / name).write_bytes(data)
         _check_out(out)          # someone may have written there meanwhile
         os.rename(tmp, out)      # atomic; replaces an empty folder
+    except (OSError, StorageFull) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        err = exc if isinstance(exc, OSError) else exc.__context__
+        why = getattr(err, "strerror", None) or str(exc)
+        raise ImportWriteError(f"{out}: cannot write the imported run folder ({why}); nothing was left behind: "
+                               f"free space or choose another --out.") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

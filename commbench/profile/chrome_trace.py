@@ -14,18 +14,31 @@ clock (commbench.profile.nccl_records.gpu_to_host_ns).
 """
 from __future__ import annotations
 
+import errno
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from ..errors import CommbenchError
 from . import nccl_plugin, nccl_records
-from ..runfolder import timeline_files
+from ..runfolder import check, timeline_files
 
 TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
 
 
 class TraceError(CommbenchError):
     """The run folder has no per-rank data for a Case (or no such Case)."""
+
+
+class TraceDataError(TraceError):
+    """A Case's per-rank data is incomplete (a rank missing): never skipped, never drawn in part."""
+
+
+class TraceWriteError(CommbenchError):
+    """A trace file could not be written (full disk, read-only folder, a link in the way)."""
+
+    exit_code = 1   # not bad input
 
 
 def _meta(pid: int, tid: int | None, name: str, sort: int) -> list[dict]:
@@ -54,9 +67,21 @@ def _nccl_lines(run_dir: Path, case_id: str, host: str, pid: int) -> list[dict]:
     for path in nccl_plugin.own_files(nccl_plugin.traces_dir(run_dir), pid):
         if f"nccl-{host}-" not in path.name and host:
             continue
-        part = nccl_records.between_marks(nccl_records.read_lines(path), f"begin {case_id}", f"end {case_id}")
+        if os.path.islink(path) or not path.is_file():
+            raise TraceDataError(f"{path}: not a regular file (a link or something else was put there): refused")
+        records = [d for d in nccl_records.parse_lines(check.read_text(path)) if isinstance(d, dict)]
+        part = nccl_records.between_marks(records, f"begin {case_id}", f"end {case_id}")
         lines += part or []
     return lines
+
+
+def _rank_nccl_events(run_dir: Path, case_id: str, rank: int, lines: list[dict], common, lanes) -> list[dict]:
+    """The plugin records of one rank as trace events; records of the wrong shape name the folder."""
+    try:
+        return _nccl_events(nccl_records.tasks_of(lines), rank, common, lanes)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise TraceDataError(f"{nccl_plugin.traces_dir(run_dir)}: the NCCL records of Case {case_id} rank {rank} "
+                             f"are damaged ({type(exc).__name__}: {str(exc)[:80]})") from None
 
 
 class _Lanes:
@@ -127,6 +152,13 @@ def case_trace(run_dir: Path, case_id: str) -> dict:
     info = lines[case_id]
     timeline = timeline_files.load_timeline(run_dir)
     timeline = timeline[timeline["case_id"] == case_id]
+    listed = {int(r["rank"]) for r in info["ranks"]}
+    drawn = {int(x) for x in timeline["rank"].unique()}
+    if drawn and drawn != listed:
+        raise TraceDataError(
+            f"{run_dir / 'timeline.csv'}: Case {case_id} has iterations of rank(s) {_ranks(drawn)} but "
+            f"traces/cases.jsonl lists rank(s) {_ranks(listed)}: the per-rank data is incomplete, so no "
+            f"trace is written for it")
     t0 = info.get("t0_ns")
     events: list[dict] = []
     for r in info["ranks"]:
@@ -138,12 +170,15 @@ def case_trace(run_dir: Path, case_id: str) -> dict:
                                 "iteration", {"source": it.source}))
         if info.get("profiled") != "nccl" or t0 is None:
             continue
-        tasks = nccl_records.tasks_of(_nccl_lines(run_dir, case_id, r["host"], int(r["pid"])))
+        if r.get("pid") is None:
+            raise TraceDataError(f"{run_dir / 'traces' / 'cases.jsonl'}: Case {case_id} rank {rank} has no pid: "
+                                 f"its NCCL records cannot be found")
 
         def common(ns: int, _off=offset) -> float:
             return (ns - _off - t0) / 1e3
         lanes = _Lanes()
-        events += _nccl_events(tasks, rank, common, lanes)
+        events += _rank_nccl_events(run_dir, case_id, rank, _nccl_lines(run_dir, case_id, r["host"], int(r["pid"])),
+                                    common, lanes)
         for tid, name in sorted(lanes.names.items()):
             events += _meta(rank, tid, name, tid)
     timed = [e for e in events if e["ph"] != "M"]
@@ -160,24 +195,86 @@ def case_trace(run_dir: Path, case_id: str) -> dict:
                           "clock_error_ns": {str(r["rank"]): r.get("clock_error_ns") for r in info["ranks"]}}}
 
 
+def _ranks(ranks: set[int]) -> str:
+    shown = sorted(ranks)
+    return ", ".join(map(str, shown[:8])) + (" ..." if len(shown) > 8 else "")
+
+
 def write_case_traces(run_dir: Path, case_ids: list[str] | None = None, out: Path | None = None) -> list[Path]:
-    """Write traces/chrome/<case_id>.json for the given Cases (default: every Case with per-rank data)."""
+    """Write traces/chrome/<case_id>.json for the given Cases (default: every Case with per-rank data).
+
+    Every trace is built before the first is written, so a damaged Case writes nothing."""
     run_dir = Path(run_dir)
+    for cid in case_ids or ():
+        problem = timeline_files.case_id_problem(cid)
+        if problem:
+            raise TraceError(f"--case {cid[:80]!r}: not a case id: {problem}")
     ids = case_ids or list(timeline_files.load_case_lines(run_dir))
     if not ids:
         raise TraceError(f"{run_dir}: no per-rank data (traces/cases.jsonl) to build traces from")
-    written = []
+    docs = []
     for cid in ids:
         try:
-            doc = case_trace(run_dir, cid)
+            docs.append((cid, case_trace(run_dir, cid)))
+        except TraceDataError:
+            raise
         except TraceError:
             if case_ids:          # asked for by name: say why
                 raise
             continue              # one-rank or pipelined Cases simply have nothing to draw
-        path = Path(out) if out and len(ids) == 1 else run_dir / "traces" / "chrome" / f"{cid}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc))
-        written.append(path)
-    if not written:
+    if not docs:
         raise TraceError(f"{run_dir}: no Case has per-rank spans to draw")
-    return written
+    if out and len(ids) == 1:
+        try:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceWriteError(f"cannot create {Path(out).parent}: {exc.strerror or exc}") from None
+        return [_write_json(Path(out), docs[0][1])]
+    folder = _chrome_folder(run_dir)
+    return [_write_json(folder / f"{cid}.json", doc) for cid, doc in docs]
+
+
+def _chrome_folder(run_dir: Path) -> Path:
+    """RUN/traces/chrome, made if missing; refused when a link (or anything) leads it out of RUN."""
+    folder = run_dir / "traces" / "chrome"
+    for part in (run_dir / "traces", folder):
+        if os.path.islink(part) or (os.path.lexists(part) and not part.is_dir()):
+            raise TraceWriteError(f"{part}: not a folder of the run (a link or a file is there): no trace "
+                                  f"is written through it")
+        try:
+            part.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise TraceWriteError(f"cannot create {part}: {exc.strerror or exc}") from None
+    if not folder.resolve().is_relative_to(run_dir.resolve()):
+        raise TraceWriteError(f"{folder}: lies outside the run folder {run_dir}: refused")
+    return folder
+
+
+def _write_json(path: Path, doc: dict) -> Path:
+    """Write ``doc`` to a temporary file beside ``path``, then rename it over ``path``: a link
+    planted at ``path`` is replaced, never followed, and a full disk leaves no cut file."""
+    try:
+        data = json.dumps(doc, allow_nan=False).encode()
+    except ValueError:   # the readers refuse nan; this is the last guard against bare NaN in the JSON
+        raise TraceDataError(f"{path}: the trace holds a non-finite number; nothing written") from None
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        full = " (the disk or quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise TraceWriteError(f"cannot write {path}: {exc.strerror or exc}{full}; no trace file was left "
+                              f"there") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return path

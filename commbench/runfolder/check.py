@@ -3,8 +3,9 @@
 A results.csv or samples.csv is refused (RunFolderError: file:line: what, exit 2) when it is not
 UTF-8, is larger than the limit, lacks its final line end or has a line with another number of
 fields than its header (a cut or damaged file), lacks a required column, or holds a value that is
-not what its column needs (`wrong=many`, an unknown status, an `ok` row without a time). A
-results.csv that lacks Cases its results.jsonl holds was cut or never rewritten: refused too.
+not what its column needs (`wrong=many`, an empty size_bytes, an unknown status, an `ok` row
+without a time). A results.csv that lacks Cases its results.jsonl holds was cut or never
+rewritten: refused too.
 """
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def check_results(path: Path, df, lines: array, numeric: tuple[str, ...]) -> Non
 
     for col in numeric:
         if col in df.columns:
-            _numbers(path, df, col, lines)
+            # every Case has a size: an empty size_bytes would reach compare, report and accept as NaN
+            _numbers(path, df, col, lines, required=col == "size_bytes", integer=col == "size_bytes")
     bad = ~df["status"].isin(STATUSES)
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])

@@ -8,15 +8,41 @@ traces/cases.jsonl (rank 0 appends through here; `trace` and the report read thr
 - ``traces/cases.jsonl``: per Case, each rank's host, pid, clock offset and its error, and
   the Case's time origin ``t0_ns`` on rank 0's clock: what `commbench trace` needs to put
   every rank's records (NCCL plugin files are named by pid) on one timeline.
+
+Readers trust neither file: sizes are bounded, text must be UTF-8, every line must hold what its
+columns need (finite times, integer ranks) and a case id must be safe as a file name before
+`trace` makes a path of it; anything else is a RunFolderError naming the file and line.
 """
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 import os
 from pathlib import Path
 
+from ..errors import RunFolderError, preview
+from . import check
+
 TIMELINE_COLUMNS = ["case_id", "rank", "host", "iteration", "start_us", "end_us", "source", "kernel_us"]
+# A case id becomes traces/chrome/<id>.json: within one file-name component (255 bytes).
+CASE_ID_MAX_BYTES = 200
+MAX_RANK = 1 << 20
+MAX_INT = 1 << 63
+
+
+def case_id_problem(case_id) -> str | None:
+    """Why ``case_id`` cannot name a file inside the run folder (None: it can)."""
+    if not isinstance(case_id, str) or not case_id:
+        return "it is empty or not text"
+    if len(case_id.encode("utf-8", "surrogatepass")) > CASE_ID_MAX_BYTES:
+        return f"it is longer than {CASE_ID_MAX_BYTES} bytes"
+    if "/" in case_id or "\\" in case_id or case_id.startswith(".") or ".." in case_id:
+        return "it holds a path separator or '..', or starts with '.'"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in case_id):
+        return "it holds NUL or another control character"
+    return None
 
 
 def _drop_cut_line(path: Path) -> None:
@@ -57,25 +83,105 @@ def append_case_line(run_dir: Path, line: dict) -> None:
 
 
 def load_timeline(run_dir: Path):
+    """timeline.csv as a frame (empty when the run has none); a damaged file is refused."""
+    import numpy as np
     import pandas as pd
 
     path = Path(run_dir) / "timeline.csv"
-    if not path.exists():
+    if not os.path.lexists(path):
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
-    df = pd.read_csv(path)
-    df["case_id"] = df["case_id"].astype(str)
+    text = _read(path)
+    lines = check.scan_csv(path, text, ("case_id", "rank", "iteration", "start_us", "end_us"))
+    try:
+        df = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=["", "nan", "NaN"],
+                         dtype={"case_id": str, "host": str, "source": str})
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise RunFolderError(f"cannot read {path}: {preview(str(exc), 200, quote=False)}") from None
+    if len(df) != len(lines):
+        raise RunFolderError(f"cannot read {path}: {len(df)} rows parsed where {len(lines)} lines hold data")
+    for col, integer, required in (("rank", True, True), ("iteration", True, True), ("start_us", False, True),
+                                   ("end_us", False, True), ("kernel_us", False, False)):
+        if col not in df.columns:
+            continue
+        num = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        empty = df[col].isna().to_numpy()
+        bad = (~np.isfinite(num) & (~empty | required)) | (np.isfinite(num) & (num < 0) & integer)
+        if integer:
+            bad |= np.isfinite(num) & ((num != np.round(num)) | (num > MAX_RANK if col == "rank" else False))
+        if bad.any():
+            i = int(bad.nonzero()[0][0])
+            raise RunFolderError(f"{path}:{lines[i]}: column {col}: {preview(df[col].iloc[i])} is not "
+                                 f"{'an integer' if integer else 'a finite number'}")
+        df[col] = num.astype(int) if integer else num
+    for col in ("case_id", "host", "source"):
+        if col in df.columns:
+            df[col] = df[col].fillna("").astype(str)
     return df
 
 
 def load_case_lines(run_dir: Path) -> dict[str, dict]:
-    """case_id -> its last line (a rerun replaces an earlier one)."""
+    """case_id -> its last line (a rerun replaces an earlier one); every line checked."""
     path = Path(run_dir) / "traces" / "cases.jsonl"
     out: dict[str, dict] = {}
-    if path.exists():
-        for raw in path.read_text(errors="replace").splitlines():
-            try:
-                d = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            out[str(d.get("case_id"))] = d
+    if not os.path.lexists(path):
+        return out
+    text = _read(path)
+    if text and not text.endswith("\n"):
+        raise RunFolderError(f"{path}:{text.count(chr(10)) + 1}: the last line has no line end: the file was cut "
+                             f"while it was written (`commbench run --resume` drops it and reruns that Case)")
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            d = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            raise RunFolderError(f"{where}: not a JSON line: the file is damaged or not commbench's") from None
+        _check_case_line(d, where)
+        out[d["case_id"]] = d
     return out
+
+
+def _read(path: Path) -> str:
+    """A run-folder file of this module's, bounded and strict (no symlink followed)."""
+    if os.path.islink(path) or not path.is_file():
+        raise RunFolderError(f"{path}: not a regular file (a link or something else was put there): refused")
+    return check.read_text(path)
+
+
+def _int_field(d: dict, key: str, where: str, lo: int, hi: int, *, optional: bool = False):
+    value = d.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise RunFolderError(f"{where}: {key} {preview(value)} is not an integer in {lo}..{hi}")
+    return value
+
+
+def _check_case_line(d, where: str) -> None:
+    """One line of cases.jsonl: a safe case id, and per rank what `trace` reads."""
+    if not isinstance(d, dict):
+        raise RunFolderError(f"{where}: not a JSON object")
+    problem = case_id_problem(d.get("case_id"))
+    if problem:
+        raise RunFolderError(f"{where}: case_id {preview(d.get('case_id'))} is refused: {problem}")
+    _int_field(d, "t0_ns", where, -MAX_INT, MAX_INT, optional=True)
+    ranks = d.get("ranks")
+    if not isinstance(ranks, list) or not ranks or len(ranks) > MAX_RANK:
+        raise RunFolderError(f"{where}: ranks is not a list of the Case's ranks")
+    seen = set()
+    for i, r in enumerate(ranks):
+        at = f"{where}: ranks[{i}]"
+        if not isinstance(r, dict):
+            raise RunFolderError(f"{at}: not a JSON object")
+        rank = _int_field(r, "rank", at, 0, MAX_RANK)
+        if rank in seen:
+            raise RunFolderError(f"{at}: rank {rank} appears twice")
+        seen.add(rank)
+        if not isinstance(r.get("host"), str):
+            raise RunFolderError(f"{at}: host {preview(r.get('host'))} is not text")
+        _int_field(r, "pid", at, 0, MAX_INT, optional=True)
+        _int_field(r, "offset_ns", at, -MAX_INT, MAX_INT, optional=True)
+        err = r.get("clock_error_ns")
+        if err is not None and (isinstance(err, bool) or not isinstance(err, (int, float)) or not math.isfinite(err)):
+            raise RunFolderError(f"{at}: clock_error_ns {preview(err)} is not a finite number")

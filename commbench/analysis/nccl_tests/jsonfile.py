@@ -5,7 +5,8 @@ import json
 import math
 from pathlib import Path
 
-from .records import JSON_HALF_UNIT, Device, NcclTestsFormatError, ResultLine, Side, TestRun
+from .records import (JSON_HALF_UNIT, MAX_ITERS, MAX_RANKS, MAX_SIZE_BYTES, MAX_THREADS_OR_GPUS, Device,
+                      NcclTestsFormatError, ResultLine, Side, TestRun, bounded_int, parse_int)
 
 
 def parse_json(path: Path, text: str) -> TestRun:
@@ -15,6 +16,8 @@ def parse_json(path: Path, text: str) -> TestRun:
         raise NcclTestsFormatError(
             f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); an nccl-tests -J file "
             f"that ends early was cut short (the run was killed before it finished).") from None
+    except RecursionError:
+        raise NcclTestsFormatError(f"{path}: JSON nested too deeply to be an nccl-tests -J file.") from None
     if not isinstance(doc, dict) or "results" not in doc or "config" not in doc:
         raise NcclTestsFormatError(f"{path}: JSON without 'config' and 'results': not an nccl-tests -J file.")
     j = _Json(path)
@@ -28,16 +31,16 @@ def parse_json(path: Path, text: str) -> TestRun:
     run.nccl_library = doc.get("nccl_version") if isinstance(doc.get("nccl_version"), int) else None
     run.start_time, run.end_time = doc.get("start_time"), doc.get("end_time")
     cfg = j.get(doc, "config", dict, "")
-    run.nthreads = j.int(cfg, "nthreads", "config")
-    run.ngpus = j.int(cfg, "ngpus", "config")
+    run.nthreads = j.int(cfg, "nthreads", "config", 1, MAX_THREADS_OR_GPUS)
+    run.ngpus = j.int(cfg, "ngpus", "config", 1, MAX_THREADS_OR_GPUS)
     run.min_bytes = cfg.get("minimum_bytes")
     run.max_bytes = cfg.get("maximum_bytes")
     run.step = str(cfg.get("step_factor", cfg.get("step_bytes", "")))
-    run.warmup_iters = j.int(cfg, "warmup_iters", "config")
-    run.iters = j.int(cfg, "iterations", "config")
-    run.agg_iters = int(cfg.get("aggregated_iterations", 1))
-    run.validation = int(cfg.get("validation", 1))
-    run.graph_launches = int(cfg.get("graph", 0))
+    run.warmup_iters = j.int(cfg, "warmup_iters", "config", 0, MAX_ITERS)
+    run.iters = j.int(cfg, "iterations", "config", 0, MAX_ITERS)
+    run.agg_iters = j.int(cfg, "aggregated_iterations", "config", 0, MAX_ITERS, default=1)
+    run.validation = j.int(cfg, "validation", "config", 0, MAX_ITERS, default=1)
+    run.graph_launches = j.int(cfg, "graph", "config", 0, MAX_ITERS, default=0)
     run.blocking = 1 if cfg.get("blocking_collectives") in (True, "true", 1) else 0
     run.per_iter = cfg.get("per_iter_timing") in (True, "true", 1)
     devices = j.get(cfg, "devices", list, "config")
@@ -45,11 +48,15 @@ def parse_json(path: Path, text: str) -> TestRun:
         raise NcclTestsFormatError(f"{path}: config.devices is empty: the world size is unknown.")
     for i, d in enumerate(devices):
         at = f"config.devices[{i}]"
-        run.devices.append(Device(rank=j.int(d, "rank", at), group=int(d.get("group", 0)), pid=d.get("pid"),
-                                  host=str(j.get(d, "hostname", str, at)), device=j.int(d, "device", at),
-                                  pci=str(d.get("device_hex", "")), name=str(d.get("device_info", ""))))
+        pid = j.int(d, "pid", at, 0, MAX_ITERS, default=None)
+        run.devices.append(Device(rank=j.int(d, "rank", at, 0, MAX_RANKS - 1),
+                                  group=j.int(d, "group", at, 0, MAX_RANKS, default=0), pid=pid,
+                                  host=str(j.get(d, "hostname", str, at))[:256],
+                                  device=j.int(d, "device", at, 0, MAX_RANKS),
+                                  pci=str(d.get("device_hex", ""))[:64], name=str(d.get("device_info", ""))[:256]))
     # One entry per process (nccl-tests parses the first device line of each process).
-    run.world_size = len(devices) * run.nthreads * run.ngpus
+    run.world_size = bounded_int(len(devices) * run.nthreads * run.ngpus, "world size (devices x nthreads x ngpus)",
+                                 f"{path}: config", 1, MAX_RANKS)
     for i, r in enumerate(j.get(doc, "results", list, "")):
         run.lines.append(_json_line(j, r, f"results[{i}]", run))
     errors = doc.get("errors")
@@ -62,7 +69,8 @@ def parse_json(path: Path, text: str) -> TestRun:
             f"finish.{said}")
     run.avg_busbw_gbps = j.float(avg, "bandwidth", "average_bus_bandwidth")
     oob = doc.get("out_of_bounds")
-    run.out_of_bounds = int(oob["count"]) if isinstance(oob, dict) and "count" in oob else None
+    run.out_of_bounds = (j.int(oob, "count", "out_of_bounds", 0, MAX_ITERS)
+                         if isinstance(oob, dict) and "count" in oob else None)
     return run
 
 
@@ -86,21 +94,28 @@ class _Json:
             self._fail(at, key, f"expected {names}, got {obj[key]!r:.60}")
         return obj[key]
 
-    def int(self, obj, key: str, at: str) -> int:
+    def int(self, obj, key: str, at: str, lo: int, hi: int, default=...) -> int:
+        """An integer field within lo..hi; ``default`` when the field is absent (or null)."""
+        if default is not ... and isinstance(obj, dict) and obj.get(key) is None:
+            return default
         value = self.get(obj, key, (int, str), at)
-        try:
-            return int(value)
-        except ValueError:
-            self._fail(at, key, f"not an integer: {value!r:.60}")
+        return parse_int(value, "value", f"{self.path}: {at + '.' if at else ''}{key}", lo, hi)
 
     def float(self, obj, key: str, at: str) -> float:
         value = self.get(obj, key, (int, float, str), at)   # nccl-tests writes NaN as "nan"
+        return self.number(value, f"{at}.{key}" if at else key)
+
+    def number(self, value, name: str) -> float:
+        """A finite number >= 0 (a time, a bandwidth, a count of wrong elements)."""
         try:
-            out = float(value)
+            out = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
         except ValueError:
-            self._fail(at, key, f"not a number: {value!r:.60}")
-        if math.isnan(out):
-            self._fail(at, key, "nan")
+            out = None
+        if out is None:
+            raise NcclTestsFormatError(f"{self.path}: {name}: not a number: {value!r:.60}")
+        if not math.isfinite(out) or out < 0:
+            raise NcclTestsFormatError(f"{self.path}: {name}: {value!r:.40} is not a finite number >= 0; "
+                                       f"the result is damaged or edited.")
         return out
 
 
@@ -125,20 +140,27 @@ def _json_line(j: _Json, r, at: str, run: TestRun) -> ResultLine:
                     busbw_half_unit=JSON_HALF_UNIT)
         per = r.get(f"{key}_per_iter")
         if isinstance(per, dict):
-            side.iter_min_us = per.get("min_us")
-            side.iter_max_us = per.get("max_us")
+            pat = f"{at}.{key}_per_iter"
+            side.iter_min_us = j.float(per, "min_us", pat) if per.get("min_us") is not None else None
+            side.iter_max_us = j.float(per, "max_us", pat) if per.get("max_us") is not None else None
             times = per.get("times_us")
             if isinstance(times, list) and times:
-                side.iter_times_us = [float(t) for t in times]
+                side.iter_times_us = [j.number(t, f"{pat}.times_us[{i}]") for i, t in enumerate(times)]
             procs = per.get("per_process_max_times_us")
             if isinstance(procs, list) and procs:
-                side.per_process_times_us = [[float(t) for t in row] for row in procs]
+                if len(procs) > run.world_size or not all(isinstance(row, list) for row in procs):
+                    raise NcclTestsFormatError(f"{j.path}: {pat}.per_process_max_times_us: not one list of "
+                                               f"times per process ({len(procs)} entries, {run.world_size} rank(s))")
+                side.per_process_times_us = [[j.number(t, f"{pat}.per_process_max_times_us[{p}][{i}]")
+                                              for i, t in enumerate(row)] for p, row in enumerate(procs)]
         sides.append(side)
     if not sides:
         raise NcclTestsFormatError(f"{j.path}: {at}: neither out_of_place nor in_place results")
-    return ResultLine(where=f"{j.path}: {at}", size_bytes=j.int(r, "size", at), count=j.int(r, "count", at),
-                      type_name=str(j.get(r, "type", str, at)), redop=str(j.get(r, "redop", str, at)),
-                      root=int(str(r.get("root", "-1")).strip() or -1), sides=sides)
+    root = r.get("root", "-1")
+    return ResultLine(where=f"{j.path}: {at}", size_bytes=j.int(r, "size", at, 0, MAX_SIZE_BYTES),
+                      count=j.int(r, "count", at, 0, MAX_SIZE_BYTES),
+                      type_name=str(j.get(r, "type", str, at))[:40], redop=str(j.get(r, "redop", str, at))[:40],
+                      root=parse_int(str(root).strip() or -1, "root", f"{j.path}: {at}", -1, MAX_RANKS), sides=sides)
 
 
 def _env_dict(env) -> dict[str, str] | None:

@@ -12,6 +12,16 @@ from commbench.errors import CommbenchError
 
 # Half a unit of the last digit of a JSON number: nccl-tests writes doubles with "%lf".
 JSON_HALF_UNIT = 5e-7
+# Bounds on what an import reads and believes (docs/import.md, "Limits"): far above any real
+# nccl-tests output (a 1 KiB-1 GiB sweep is ~3 KB of text; a -J -I file of 1000 iterations on
+# 64 processes a few MB), far below what would exhaust memory.
+MAX_FILE_BYTES = 64 * 1024 * 1024      # COMMBENCH_MAX_IMPORT_BYTES lifts it
+SIZE_VAR = "COMMBENCH_MAX_IMPORT_BYTES"
+MAX_LINE_CHARS = 8192                  # a table line is ~150 characters; NCCL cuts its log lines at 1 KiB
+MAX_RANKS = 1 << 20                    # rank numbers and world sizes
+MAX_THREADS_OR_GPUS = 1024             # nThread and nGpus per process
+MAX_SIZE_BYTES = 1 << 40               # a row's size (commbench's own 1 TiB limit)
+MAX_ITERS = 1 << 31                    # warmup, iters, agg iters, graph launches, root, #wrong
 
 
 class NcclTestsFormatError(CommbenchError):
@@ -93,6 +103,26 @@ class TestRun:
     start_time: str | None = None
     end_time: str | None = None
     errors: list[str] = field(default_factory=list)
+
+
+def bounded_int(value: int, what: str, where: str, lo: int, hi: int) -> int:
+    """``value`` when lo <= value <= hi, else a format error naming the place and the bound."""
+    if not lo <= value <= hi:
+        raise NcclTestsFormatError(f"{where}: {what} {value} is outside {lo}..{hi}: no nccl-tests run "
+                                   f"prints that; the file is damaged or edited.")
+    return value
+
+
+def parse_int(token, what: str, where: str, lo: int, hi: int) -> int:
+    """An integer token (text or JSON value) within lo..hi; anything else names the place."""
+    text = str(token).strip()
+    if isinstance(token, bool) or len(text) > 24:
+        raise NcclTestsFormatError(f"{where}: {what} {text[:40]!r} is not an integer within {lo}..{hi}")
+    try:
+        value = int(text)
+    except ValueError:
+        raise NcclTestsFormatError(f"{where}: {what} {text[:40]!r} is not an integer") from None
+    return bounded_int(value, what, where, lo, hi)
 
 
 def version_string(code: int | None) -> str | None:

@@ -5,7 +5,8 @@ import math
 import re
 from pathlib import Path
 
-from .records import Device, NcclTestsFormatError, ResultLine, Side, TestRun, half_unit
+from .records import (MAX_ITERS, MAX_LINE_CHARS, MAX_RANKS, MAX_SIZE_BYTES, MAX_THREADS_OR_GPUS, Device,
+                      NcclTestsFormatError, ResultLine, Side, TestRun, half_unit, parse_int)
 
 _VERSION = re.compile(r"^#\s*nccl-tests version (\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -46,11 +47,15 @@ def parse_text(path: Path, text: str) -> list[TestRun]:
     sections: list[_TextSection] = []
     cur: _TextSection | None = None
     for lineno, raw in enumerate(text.splitlines(), start=1):
+        where = f"{path}:{lineno}"
+        if len(raw) > MAX_LINE_CHARS:
+            raise NcclTestsFormatError(
+                f"{where}: a line of {len(raw)} characters (the limit is {MAX_LINE_CHARS}; nccl-tests' lines "
+                f"are ~150): not nccl-tests output (a binary file, or lines run together).")
         line = raw.rstrip("\r\n").rstrip()
         stripped = line.strip()
         if not stripped:
             continue
-        where = f"{path}:{lineno}"
         m = _VERSION.match(stripped)
         if m or (_NTHREAD.match(stripped) and (cur is None or cur.have_settings)):
             if cur is not None:
@@ -59,8 +64,9 @@ def parse_text(path: Path, text: str) -> list[TestRun]:
             sections.append(cur)
             if m:
                 cur.run.version = m.group(1)
-                cur.run.nccl_headers = int(m.group(2)) if m.group(2) else None
-                cur.run.nccl_library = int(m.group(3)) if m.group(3) else None
+                headers, library = m.group(2), m.group(3)
+                cur.run.nccl_headers = parse_int(headers, "nccl-headers", where, 0, MAX_ITERS) if headers else None
+                cur.run.nccl_library = parse_int(library, "nccl-library", where, 0, MAX_ITERS) if library else None
                 continue
         if cur is None:
             continue   # text before nccl-tests starts (a job script's echo, module loads ...)
@@ -97,11 +103,12 @@ def _text_comment(cur: _TextSection, line: str, where: str) -> None:
     if (m := _STARTING.match(line)) or (m := _CONCLUDED.match(line)):
         run.program = run.program or m.group(1)
     elif m := _NTHREAD.match(line):
-        run.nthreads, run.ngpus = int(m.group(1)), int(m.group(2))
-        for attr, pattern in _SETTING.values():
+        run.nthreads = parse_int(m.group(1), "nThread", where, 1, MAX_THREADS_OR_GPUS)
+        run.ngpus = parse_int(m.group(2), "nGpus", where, 1, MAX_THREADS_OR_GPUS)
+        for key, (attr, pattern) in _SETTING.items():
             if found := re.search(pattern, line):
                 value = found.group(1)
-                setattr(run, attr, value if attr == "step" else int(value))
+                setattr(run, attr, value[:40] if attr == "step" else parse_int(value, key, where, 0, MAX_ITERS))
         missing = [k for k in ("warmup", "iters") if not re.search(_SETTING[k][1], line)]
         if missing:
             raise NcclTestsFormatError(f"{where}: the settings line lacks {', '.join(missing)}: {line[:100]!r}")
@@ -111,9 +118,11 @@ def _text_comment(cur: _TextSection, line: str, where: str) -> None:
     elif line.startswith("# Per-Iteration Report"):
         run.per_iter = True
     elif m := _RANK.match(line):
-        run.devices.append(Device(rank=int(m.group(1)), group=int(m.group(2) or 0),
-                                  pid=int(m.group(3)) if m.group(3) else None, host=m.group(4),
-                                  device=int(m.group(5)), pci=m.group(6), name=m.group(7)))
+        run.devices.append(Device(rank=parse_int(m.group(1), "Rank", where, 0, MAX_RANKS - 1),
+                                  group=parse_int(m.group(2) or 0, "Group", where, 0, MAX_RANKS),
+                                  pid=parse_int(m.group(3), "Pid", where, 0, MAX_ITERS) if m.group(3) else None,
+                                  host=m.group(4), device=parse_int(m.group(5), "device", where, 0, MAX_RANKS),
+                                  pci=m.group(6), name=m.group(7)))
     elif _is_column_header(line):
         labels = line.lstrip("#").split()
         if "cputime" in labels:
@@ -124,7 +133,7 @@ def _text_comment(cur: _TextSection, line: str, where: str) -> None:
         run.per_iter = run.per_iter or "i_min" in labels
         cur.timestamps = "timestamp" in labels
     elif m := _OOB.match(line):
-        run.out_of_bounds = int(m.group(1))
+        run.out_of_bounds = parse_int(m.group(1), "Out of bounds values", where, 0, MAX_ITERS)
     elif m := _AVG.match(line):
         try:
             run.avg_busbw_gbps = float(m.group(1))
@@ -142,9 +151,11 @@ def _number(token: str, what: str, where: str) -> float:
     try:
         value = float(token)
     except ValueError:
-        raise NcclTestsFormatError(f"{where}: {what} {token!r} is not a number") from None
-    if math.isnan(value):
-        raise NcclTestsFormatError(f"{where}: {what} is nan")
+        raise NcclTestsFormatError(f"{where}: {what} {token[:40]!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        # nccl-tests prints a time and a bandwidth >= 0 (its -1 "no result" is a JSON null)
+        raise NcclTestsFormatError(f"{where}: {what} is {token[:40]}: a time or bandwidth is a finite number "
+                                   f">= 0; the row is damaged or edited.")
     return value
 
 
@@ -160,6 +171,9 @@ def _text_row(cur: _TextSection, line: str, where: str) -> ResultLine:
             f"out-of-place and in-place). Is the line cut short? {line[:100]!r}")
     if not (_INT.match(tok[0]) and _INT.match(tok[1]) and _INT.match(tok[4])):
         raise NcclTestsFormatError(f"{where}: size, count and root must be integers: {line[:100]!r}")
+    size_bytes = parse_int(tok[0], "size", where, 0, MAX_SIZE_BYTES)
+    count = parse_int(tok[1], "count", where, 0, MAX_SIZE_BYTES)
+    root = parse_int(tok[4], "root", where, -1, MAX_RANKS)
     sides = []
     for k, in_place in ((0, False), (1, True)):
         f = tok[5 + k * per_side: 5 + (k + 1) * per_side]
@@ -167,7 +181,7 @@ def _text_row(cur: _TextSection, line: str, where: str) -> ResultLine:
         wrong = None
         if f[3] != "N/A":
             w = _number(f[3], f"{label} #wrong", where)
-            if w < 0 or w != int(w):
+            if w != int(w):
                 raise NcclTestsFormatError(f"{where}: {label} #wrong {f[3]!r} is not a count")
             wrong = int(w)
         side = Side(in_place=in_place, time_us=_number(f[0], f"{label} time", where),
@@ -179,8 +193,8 @@ def _text_row(cur: _TextSection, line: str, where: str) -> ResultLine:
             side.iter_min_us = _number(f[4], f"{label} i_min", where)
             side.iter_max_us = _number(f[5], f"{label} i_max", where)
         sides.append(side)
-    return ResultLine(where=where, size_bytes=int(tok[0]), count=int(tok[1]), type_name=tok[2],
-                      redop=tok[3], root=int(tok[4]), sides=sides)
+    return ResultLine(where=where, size_bytes=size_bytes, count=count, type_name=tok[2],
+                      redop=tok[3], root=root, sides=sides)
 
 
 def _finish_text(cur: _TextSection) -> None:
@@ -209,8 +223,9 @@ def _check_complete(run: TestRun) -> None:
                                    f"size is unknown.")
     ranks = sorted(d.rank for d in run.devices)
     run.world_size = ranks[-1] + 1
-    if ranks != list(range(run.world_size)):
-        missing = sorted(set(range(run.world_size)) - set(ranks))
+    if ranks != list(range(len(ranks))):   # bounded by the lines read, not by a rank number
+        have = set(ranks)
+        missing = [r for r in range(min(run.world_size, len(ranks) + 8)) if r not in have]
         raise NcclTestsFormatError(f"{run.where}: rank lines are incomplete (missing rank(s) "
                                    f"{missing[:8]}) or repeated: the world size is unknown.")
     per_proc = (run.nthreads or 1) * (run.ngpus or 1)

@@ -2,13 +2,23 @@
 to the rows, in its order."""
 from __future__ import annotations
 
+import errno
+import os
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from ...errors import CommbenchError
 from ...runfolder.reader import Run
 from .document import Document
 from .sections import ReportInput, all_sections
+
+
+class ReportWriteError(CommbenchError):
+    """A report file could not be written (full disk, read-only folder): named, nothing cut left."""
+
+    exit_code = 1   # not bad input
 
 
 def combined(runs: list[Run]) -> pd.DataFrame:
@@ -64,12 +74,53 @@ def write_report(run_dirs, out=None):
 
     Default out: RUN/report.html for one run. ``commbench run`` calls this at the end (analysis.finish).
     """
-    from pathlib import Path
-
-    from . import html, markdown
     from ...runfolder.reader import load_run
 
     runs = [load_run(d) for d in run_dirs]
     html_path = Path(out) if out is not None else runs[0].path / "report.html"
-    doc = build_report(runs)
-    return html.write(doc, html_path), markdown.write(doc, html_path.with_suffix(".md"))
+    return write_document(build_report(runs), html_path, html_path.with_suffix(".md"))
+
+
+def write_document(doc: Document, html_path: Path, md_path: Path) -> tuple[Path, Path]:
+    """The HTML report and its Markdown twin (images in '<stem>_files/'), each written under a
+    temporary name beside it and renamed into place: a full or read-only disk leaves the previous
+    file (or none), never a cut one, and names the file (ReportWriteError, exit 1)."""
+    from . import html, markdown
+
+    html_path, md_path = Path(html_path), Path(md_path)
+    _replace(html_path, html.render(doc).encode("utf-8"))
+    image_dir = None
+    if doc.images():
+        folder = md_path.parent / f"{md_path.stem}_files"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ReportWriteError(f"cannot create {folder}: {exc.strerror or exc}") from None
+        for im in doc.images():
+            _replace(folder / im.name, im.png)
+        image_dir = folder.name
+    _replace(md_path, markdown.render(doc, image_dir).encode("utf-8"))
+    return html_path, md_path
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        full = " (the disk or quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}{full}; no cut file was left "
+                               f"there") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
