@@ -90,8 +90,12 @@ def _resolve_ranks(value, gpu_count: int) -> tuple[int, int | None]:
 
 
 def _variant_label(env: dict[str, str], varying: list[str]) -> str:
+    """The results' ``variant``: the varying variables, a secret-looking one as NAME=<withheld>."""
+    from ..sysinfo.machine import redact_env
+
     keys = varying or []
-    return ",".join(f"{k}={env[k]}" for k in keys) if keys else "default"
+    shown = redact_env({k: env[k] for k in keys})
+    return ",".join(f"{k}={shown[k]}" for k in keys) if keys else "default"
 
 
 class _Bench:
