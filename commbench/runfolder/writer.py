@@ -78,8 +78,10 @@ class RunFolder:
         self._extra: list[str] = []           # columns beyond COLUMNS, in order of appearance
         self._csv_columns: list[str] | None = None
         self._inode: int | None = None
-        # case_id -> its row found at repair without samples: not done until a new row replaces it
-        self._unsampled: dict[str, dict] = {}
+        # Cases whose row was found at repair without samples: not done until a row appended after
+        # byte _repair_mark of results.jsonl (a new measurement) replaces it
+        self._unsampled: set[str] = set()
+        self._repair_mark = 0
 
     # -- creation --
     def create(self, *, resume: bool) -> None:
@@ -186,12 +188,15 @@ class RunFolder:
             fh.seek(self._offset)
             data = fh.read()
         end = data.rfind(b"\n") + 1           # a last line without its newline is not complete yet
-        parsed = 0
-        for line in data[:end].splitlines():
+        parsed, pos = 0, self._offset
+        for line in data[:end].splitlines(keepends=True):
             row = _parse_line(line)
             if row is not None:
                 self._remember(row)
+                if pos >= self._repair_mark:
+                    self._unsampled.discard(row["case_id"])
                 parsed += 1
+            pos += len(line)
         self._offset += end
         return parsed
 
@@ -226,7 +231,7 @@ class RunFolder:
     def done_case_ids(self) -> set[str]:
         """Cases with a final row (any status but a timeout/failure of the whole launch are final)."""
         return {r["case_id"] for r in self.latest_rows()
-                if r.get("status") in FINAL_STATUSES and self._unsampled.get(r["case_id"]) != r}
+                if r.get("status") in FINAL_STATUSES and r["case_id"] not in self._unsampled}
 
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
@@ -284,6 +289,7 @@ class RunFolder:
             self._drop_undecodable()
             self.rewrite_csv()
         self.keep_samples(self.done_case_ids())
+        self._repair_mark = self._offset
         self._unsampled = self._measured_without_samples()
 
     def _drop_undecodable(self) -> None:
@@ -304,17 +310,17 @@ class RunFolder:
         atomic_write(self.path / "results.jsonl", b"".join(kept))
         self._forget()
 
-    def _measured_without_samples(self) -> dict[str, dict]:
-        """Rows that claim a measurement (ok, wrong) of a Case samples.csv holds no sample of."""
-        measured = {r["case_id"]: r for r in self.latest_rows() if r.get("status") in ("ok", "wrong")}
+    def _measured_without_samples(self) -> set[str]:
+        """Cases whose row claims a measurement (ok, wrong) and samples.csv holds no sample of."""
+        measured = {r["case_id"] for r in self.latest_rows() if r.get("status") in ("ok", "wrong")}
         if not measured:
-            return {}
+            return set()
         try:
             text = files.read_bytes(self.path, "samples.csv").decode("utf-8", "replace")
         except FileNotFoundError:
             text = ""
         sampled = {cells[0] for cells in csv.reader(io.StringIO(text, newline="")) if cells}
-        return {cid: r for cid, r in measured.items() if cid not in sampled}
+        return measured - sampled
 
     # -- metadata --
     def write_meta(self, meta: dict) -> None:
