@@ -256,20 +256,31 @@ class RunFolder:
             _append(p, buf.getvalue().encode())
 
     def keep_samples(self, case_ids: set[str] | None) -> int:
-        """Rewrite samples.csv with only complete lines (of ``case_ids`` when given); lines dropped."""
+        """Rewrite samples.csv with only complete UTF-8 lines (of ``case_ids`` when given); lines
+        dropped. A Case with a line that is not UTF-8 loses all its samples (it is measured again):
+        a reader refuses the whole file for one such line."""
         p = self.path / "samples.csv"
         try:
-            text = files.read_bytes(self.path, "samples.csv").decode("utf-8", "replace")
+            data = files.read_bytes(self.path, "samples.csv")
         except FileNotFoundError:
             return 0
-        if not text:
+        if not data:
             return 0
-        lines = text.splitlines(keepends=True)
-        kept = [lines[0] if lines[0].endswith("\n") else lines[0] + "\n"]
-        width = len(next(csv.reader([lines[0]]), []))   # the header's columns (extras included)
+        lines, damaged = [], set()
+        for raw in data.splitlines(keepends=True):
+            try:
+                lines.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                lines.append(None)
+                damaged.add(next(csv.reader([raw.decode("utf-8", "replace")]), [""])[0])
+        header = lines[0] if lines[0] is not None else data.splitlines()[0].decode("utf-8", "replace")
+        kept = [header if header.endswith("\n") else header + "\n"]
+        width = len(next(csv.reader([header]), []))   # the header's columns (extras included)
         for line in lines[1:]:
+            if line is None:
+                continue
             cells = next(csv.reader([line]), [])
-            if (line.endswith("\n") and len(cells) == width
+            if (line.endswith("\n") and len(cells) == width and cells[0] not in damaged
                     and (case_ids is None or cells[0] in case_ids)):
                 kept.append(line)
         dropped = len(lines) - len(kept)

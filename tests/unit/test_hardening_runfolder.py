@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import json
 import os
 import socket
@@ -296,6 +297,21 @@ def test_resume_repair_drops_non_utf8_lines_before_anything_is_measured(tmp_path
     (tmp_path / "results.jsonl").read_bytes().decode("utf-8")
     f2.release()
     assert list(load(tmp_path)["case_id"]) == ["a"]   # the reader accepts what --resume continues
+
+
+def test_resume_repair_measures_again_a_case_with_a_non_utf8_sample(tmp_path):
+    f = _run_folder(tmp_path)
+    f.append_samples([sample("b", i) for i in range(2)])
+    f.append_row(row("b"))
+    data = (tmp_path / "samples.csv").read_bytes().replace(b"b,0,h,cpu", b"b,0,\xff,cpu")
+    (tmp_path / "samples.csv").write_bytes(data)
+    f2 = RunFolder(tmp_path)
+    f2.claim(resume=True)
+    f2.repair()
+    assert f2.done_case_ids() == {"a"}
+    f2.release()
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "samples.csv").read_bytes().decode("utf-8"))))
+    assert {r["case_id"] for r in rows} == {"a"}
 
 
 def test_resume_measures_again_the_cases_whose_samples_are_gone(tmp_path):
