@@ -128,3 +128,19 @@ def test_a_report_withholds_secret_values_of_an_old_run_json_and_escapes_html_in
         assert "sesame" not in page and TOKEN not in page and "pwd-s3cr3t" not in page
         assert "NCCL_PASSPHRASE" in page and "NCCL_PLUGIN_ARG" in page
     assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md
+
+
+def test_an_imported_environment_withholds_secrets_in_run_json_and_the_kept_log(tmp_path):
+    from commbench.analysis.import_nccl_tests import import_files
+
+    doc = json.loads((ROOT / "tests" / "fixtures" / "nccl_tests" / "all_reduce_perf.json").read_text())
+    doc["env"] += [f"{k}={v}" for k, v in NAMED.items()] + [f"NCCL_IB_LABEL={TOKEN}"]
+    src = tmp_path / "all_reduce_perf.json"
+    src.write_text(json.dumps(doc))
+    out = tmp_path / "imp"
+    import_files([src], out)
+    for path in (out / "run.json", out / "logs" / "all_reduce_perf.json"):
+        text = path.read_text()
+        assert "s3cr3t" not in text and "sesame" not in text and TOKEN not in text, path
+    meta = json.loads((out / "run.json").read_text())
+    assert {*NAMED, "NCCL_IB_LABEL"} <= set(meta["env_withheld"]) and meta["env"]["NCCL_NVLS_ENABLE"] == "0"
