@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import RunFolderError, StorageFull
-from . import files
+from . import files, repair
 from .check import read_meta_text
-from .files import STORAGE_ERRNOS, raise_storage as _raise_storage, storage as _storage
+from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
 from .recognise import recognise_for_resume, redact_meta
 from .schema import COLUMNS, FINAL_STATUSES, SAMPLE_COLUMNS, SCHEMA_VERSION
@@ -257,81 +257,33 @@ class RunFolder:
 
     def keep_samples(self, case_ids: set[str] | None) -> int:
         """Rewrite samples.csv with only complete UTF-8 lines (of ``case_ids`` when given); lines
-        dropped. A Case with a line that is not UTF-8 loses all its samples (it is measured again):
-        a reader refuses the whole file for one such line."""
+        dropped. A Case with a line that is not UTF-8 loses all its samples (it is measured again)."""
         p = self.path / "samples.csv"
         try:
             data = files.read_bytes(self.path, "samples.csv")
         except FileNotFoundError:
             return 0
-        if not data:
-            return 0
-        lines, damaged = [], set()
-        for raw in data.splitlines(keepends=True):
-            try:
-                lines.append(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                lines.append(None)
-                damaged.add(next(csv.reader([raw.decode("utf-8", "replace")]), [""])[0])
-        header = lines[0] if lines[0] is not None else data.splitlines()[0].decode("utf-8", "replace")
-        kept = [header if header.endswith("\n") else header + "\n"]
-        width = len(next(csv.reader([header]), []))   # the header's columns (extras included)
-        for line in lines[1:]:
-            if line is None:
-                continue
-            cells = next(csv.reader([line]), [])
-            if (line.endswith("\n") and len(cells) == width and cells[0] not in damaged
-                    and (case_ids is None or cells[0] in case_ids)):
-                kept.append(line)
-        dropped = len(lines) - len(kept)
+        kept, dropped = repair.kept_samples(data, case_ids)
         if dropped:
             with _storage(p):
-                atomic_write(p, "".join(kept).encode())
+                atomic_write(p, kept)
         return dropped
 
     def repair(self) -> None:
         """Make the folder consistent before a --resume continues it, before anything is measured:
-        lines of results.jsonl that are not UTF-8 rows dropped (their Cases run again), the CSV
-        rewritten from it, samples only of Cases with a final row, no temporary files left, and
-        measured Cases whose samples are gone (samples.csv deleted or cut) measured again."""
+        lines of results.jsonl that are not UTF-8 dropped (their Cases run again), the CSV rewritten
+        from it, samples only of Cases with a final row, no temporary files left, and measured Cases
+        whose samples are gone (samples.csv deleted or cut) measured again."""
         for tmp in self.path.glob(".*.tmp"):
             files.unlink(self.path, tmp.name)
         if files.lstat(self.path, "results.jsonl") is not None:
-            self._drop_undecodable()
+            if repair.drop_undecodable_lines(self.path, "results.jsonl"):
+                self._forget()
             self.rewrite_csv()
         self.keep_samples(self.done_case_ids())
         self._repair_mark = self._offset
-        self._unsampled = self._measured_without_samples()
-
-    def _drop_undecodable(self) -> None:
-        """results.jsonl without its lines that are not UTF-8 (a reader refuses the whole file)."""
-        data = files.read_bytes(self.path, "results.jsonl")
-        try:
-            data.decode("utf-8")
-            return
-        except UnicodeDecodeError:
-            pass
-        kept = []
-        for line in data.splitlines(keepends=True):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-            kept.append(line)
-        atomic_write(self.path / "results.jsonl", b"".join(kept))
-        self._forget()
-
-    def _measured_without_samples(self) -> set[str]:
-        """Cases whose row claims a measurement (ok, wrong) and samples.csv holds no sample of."""
         measured = {r["case_id"] for r in self.latest_rows() if r.get("status") in ("ok", "wrong")}
-        if not measured:
-            return set()
-        try:
-            text = files.read_bytes(self.path, "samples.csv").decode("utf-8", "replace")
-        except FileNotFoundError:
-            text = ""
-        sampled = {cells[0] for cells in csv.reader(io.StringIO(text, newline="")) if cells}
-        return measured - sampled
+        self._unsampled = measured - repair.sampled_case_ids(self.path) if measured else set()
 
     # -- metadata --
     def write_meta(self, meta: dict) -> None:
