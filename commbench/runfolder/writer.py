@@ -110,8 +110,8 @@ class RunFolder:
             raise RunFolderError(f"cannot create the run folder {self.path}: {exc.strerror or exc} "
                                  f"(choose another --out)") from None
         try:
-            files.check_no_links(self.path)   # a link planted inside would be written through
             self.create(resume=resume)
+            files.check_no_links(self.path)   # a link planted inside would be written through
         except (OSError, RunFolderExists, RunFolderError) as exc:
             self.release()
             if isinstance(exc, (RunFolderExists, RunFolderError)):
