@@ -229,7 +229,8 @@ class RunFolder:
         self._csv_columns = columns
 
     def done_case_ids(self) -> set[str]:
-        """Cases with a final row (any status but a timeout/failure of the whole launch are final)."""
+        """Cases with a final row (any status but a timeout/failure of the whole launch are final),
+        less measured Cases that repair found without samples and not yet measured again."""
         return {r["case_id"] for r in self.latest_rows()
                 if r.get("status") in FINAL_STATUSES and r["case_id"] not in self._unsampled}
 
