@@ -17,6 +17,7 @@ from array import array
 from pathlib import Path
 
 from ..errors import RunFolderError, preview
+from . import files
 from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
 
 MAX_FILE_BYTES = 256 * 1024 * 1024     # COMMBENCH_MAX_RUN_FILE_BYTES lifts it
@@ -29,14 +30,17 @@ MEASURED_STATUSES = ("ok", "wrong")
 
 
 def read_text(path: Path, cap: int | None = None) -> str:
-    """A run-folder file as text: bounded size, strict UTF-8 (the error names the line)."""
+    """A run-folder file as text: bounded size, strict UTF-8 (the error names the line), never read
+    through a link (files.LinkRefused)."""
     cap = cap or _limit()
     try:
-        size = path.stat().st_size
-        if size > cap:
-            raise RunFolderError(f"{path}: {size} bytes is above the limit of {cap} bytes for a run-folder "
+        st = files.lstat(path.parent, path.name)
+        if st is None:
+            raise FileNotFoundError(2, "No such file or directory")
+        if st.st_size > cap:
+            raise RunFolderError(f"{path}: {st.st_size} bytes is above the limit of {cap} bytes for a run-folder "
                                  f"file (set {SIZE_VAR} to lift it)")
-        data = path.read_bytes()
+        data = files.read_bytes(path.parent, path.name, cap)
     except OSError as exc:
         raise RunFolderError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
@@ -144,7 +148,7 @@ def _numbers(path: Path, df, col: str, lines: array, *, required: bool = False, 
 def check_against_jsonl(folder: Path, df) -> None:
     """The CSV mirrors results.jsonl; a Case the JSONL holds and the CSV lacks means a cut CSV."""
     jsonl = folder / "results.jsonl"
-    if "case_id" not in df.columns or not jsonl.is_file():
+    if "case_id" not in df.columns or not os.path.lexists(jsonl):
         return
     text = read_text(jsonl)
     held = set()

@@ -6,6 +6,7 @@ an empty ``wrong`` is 0, and samples carry SAMPLE_COLUMNS. A folder whose run.js
 from __future__ import annotations
 
 import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from . import check
 from .schema import LEGACY_PARAM_COLUMNS, NUMERIC, SAMPLE_COLUMNS, TEXT
+from .lock import writer_holding
 from .writer import RunFolderError, is_run_folder, read_meta
 
 __all__ = ["Run", "RunFolderError", "is_run_folder", "iteration_times", "load", "load_run",
@@ -75,6 +77,15 @@ def _require_folder(path: Path) -> None:
         raise RunFolderError(
             f"{path} is not a run folder: expected a directory holding results.csv "
             "(as written by `commbench run`, see docs/results.md).")
+    _require_idle(path)
+
+
+def _require_idle(path: Path) -> None:
+    """A folder a live run still writes is half written: refused (its own run reads it freely)."""
+    holder = writer_holding(path)
+    if holder is not None:
+        raise RunFolderError(f"{path}: a run is still writing this folder ({holder}): its rows and samples "
+                             f"are not complete; wait for the run to end, then read it")
 
 
 def _rows(path: Path) -> pd.DataFrame:
@@ -97,7 +108,8 @@ def _rows(path: Path) -> pd.DataFrame:
 def load_samples(path) -> pd.DataFrame:
     """Per-rank, per-iteration times (samples.csv); an empty frame when the run has none."""
     samples_path = Path(path) / "samples.csv"
-    if not samples_path.is_file():
+    _require_idle(Path(path))
+    if not os.path.lexists(samples_path):
         return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
     samples, lines = _read_csv(samples_path, tuple(SAMPLE_COLUMNS))
     check.check_samples(samples_path, samples, lines)

@@ -12,7 +12,6 @@ samples that are not there (a Case's samples are written before its row).
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import json
 import os
@@ -21,12 +20,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import RunFolderError, StorageFull
+from . import files, repair
 from .check import read_meta_text
+from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
+from .recognise import recognise_for_resume, redact_meta
 from .schema import COLUMNS, FINAL_STATUSES, SAMPLE_COLUMNS, SCHEMA_VERSION
-
-# A full disk, a full quota, or a file-size limit: the run stops cleanly (exit 1), never a traceback.
-STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 # A rank that cannot store what it measured ends its launch with this status, and the parent stops
 # the run (the next Cases could not be stored either).
 STORAGE_FULL_EXIT = 75
@@ -84,6 +83,10 @@ class RunFolder:
         self._extra: list[str] = []           # columns beyond COLUMNS, in order of appearance
         self._csv_columns: list[str] | None = None
         self._inode: int | None = None
+        # Cases whose row was found at repair without samples: not done until a row appended after
+        # byte _repair_mark of results.jsonl (a new measurement) replaces it
+        self._unsampled: set[str] = set()
+        self._repair_mark = 0
 
     # -- creation --
     def create(self, *, resume: bool) -> None:
@@ -103,6 +106,8 @@ class RunFolder:
             raise RunFolderError(f"{self.path} is a link to a folder that does not exist: choose another --out")
         if self.path.exists() and not self.path.is_dir():
             raise RunFolderError(f"{self.path} exists and is not a folder: choose another --out")
+        if resume:
+            recognise_for_resume(self.path)   # before anything is written into it, the lock included
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = FolderLock(self.path).acquire()
@@ -111,16 +116,17 @@ class RunFolder:
                                  f"(choose another --out)") from None
         try:
             self.create(resume=resume)
-        except (OSError, RunFolderExists) as exc:
+            files.check_no_links(self.path)   # a link planted inside would be written through
+        except (OSError, RunFolderExists, RunFolderError) as exc:
             self.release()
-            if isinstance(exc, RunFolderExists):
+            if isinstance(exc, (RunFolderExists, RunFolderError)):
                 raise
             raise RunFolderError(f"cannot create the run folder {self.path}: {exc.strerror or exc}") from None
 
     def lock_fds(self) -> tuple[int, ...]:
         """Descriptors a launch keeps open so that the folder stays locked while its ranks run."""
         lock = getattr(self, "_lock", None)
-        return (lock.fd,) if lock is not None and lock.fd is not None else ()
+        return lock.fds() if lock is not None else ()
 
     def release(self) -> None:
         lock = getattr(self, "_lock", None)
@@ -135,10 +141,10 @@ class RunFolder:
         replaced = row.get("case_id") in self._latest
         p = self.path / "results.jsonl"
         line = (json.dumps(row, default=_jsonable) + "\n").encode()
-        if p.exists() and p.stat().st_size and not _ends_with_newline(p):
+        if _size(p) and not _ends_with_newline(p):
             line = b"\n" + line   # a line cut by a crash must not swallow this row
         csv_path = self.path / "results.csv"
-        csv_size = csv_path.stat().st_size if csv_path.exists() else None
+        csv_size = _size(csv_path)
         with _all_or_nothing(p):
             _append(p, line)
             # Read our line back like any other: a cut line completed by the newline above
@@ -153,10 +159,11 @@ class RunFolder:
 
     def rows(self) -> list[dict]:
         """Every row ever written (a rerun Case appears more than once)."""
-        p = self.path / "results.jsonl"
-        if not p.exists():
+        try:
+            data = files.read_bytes(self.path, "results.jsonl")
+        except FileNotFoundError:
             return []
-        return [r for r in map(_parse_line, p.read_bytes().splitlines()) if r is not None]
+        return [r for r in map(_parse_line, data.splitlines()) if r is not None]
 
     def latest_rows(self) -> list[dict]:
         """One row per Case: the last one written (a --resume rerun supersedes a failed/timeout row)."""
@@ -174,23 +181,27 @@ class RunFolder:
 
     def _sync(self) -> int:
         """Parse what was appended to results.jsonl since the last look (by anyone); rows parsed."""
-        p = self.path / "results.jsonl"
-        if not p.exists():
+        try:
+            fh = _open_rb(self.path / "results.jsonl")
+        except FileNotFoundError:
             return 0
-        st = p.stat()
-        if st.st_size < self._offset or st.st_ino != self._inode:   # replaced under us: start over
-            self._offset, self._latest, self._extra, self._csv_columns = 0, {}, [], None
-            self._inode = st.st_ino
-        with open(p, "rb") as fh:
+        with fh:
+            st = os.fstat(fh.fileno())
+            if st.st_size < self._offset or st.st_ino != self._inode:   # replaced under us: start over
+                self._offset, self._latest, self._extra, self._csv_columns = 0, {}, [], None
+                self._inode = st.st_ino
             fh.seek(self._offset)
             data = fh.read()
         end = data.rfind(b"\n") + 1           # a last line without its newline is not complete yet
-        parsed = 0
-        for line in data[:end].splitlines():
+        parsed, pos = 0, self._offset
+        for line in data[:end].splitlines(keepends=True):
             row = _parse_line(line)
             if row is not None:
                 self._remember(row)
+                if pos >= self._repair_mark:
+                    self._unsampled.discard(row["case_id"])
                 parsed += 1
+            pos += len(line)
         self._offset += end
         return parsed
 
@@ -223,14 +234,16 @@ class RunFolder:
         self._csv_columns = columns
 
     def done_case_ids(self) -> set[str]:
-        """Cases with a final row (any status but a timeout/failure of the whole launch are final)."""
-        return {r["case_id"] for r in self.latest_rows() if r.get("status") in FINAL_STATUSES}
+        """Cases with a final row (any status but a timeout/failure of the whole launch are final),
+        less measured Cases that repair found without samples and not yet measured again."""
+        return {r["case_id"] for r in self.latest_rows()
+                if r.get("status") in FINAL_STATUSES and r["case_id"] not in self._unsampled}
 
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
         """Append a Case's samples (before its row: a row never claims samples not stored)."""
         p = self.path / "samples.csv"
-        if p.exists() and p.stat().st_size and not _ends_with_newline(p):
+        if _size(p) and not _ends_with_newline(p):
             self.keep_samples(None)   # a line cut by a crash: drop it, never glue onto it
         header = _csv_header(p)
         wanted = list(header or SAMPLE_COLUMNS)
@@ -249,39 +262,38 @@ class RunFolder:
             _append(p, buf.getvalue().encode())
 
     def keep_samples(self, case_ids: set[str] | None) -> int:
-        """Rewrite samples.csv with only complete lines (of ``case_ids`` when given); lines dropped."""
+        """Rewrite samples.csv with only complete UTF-8 lines (of ``case_ids`` when given); lines
+        dropped. A Case with a line that is not UTF-8 loses all its samples (it is measured again)."""
         p = self.path / "samples.csv"
-        if not p.is_file():
+        try:
+            data = files.read_bytes(self.path, "samples.csv")
+        except FileNotFoundError:
             return 0
-        text = p.read_bytes().decode("utf-8", "replace")
-        if not text:
-            return 0
-        lines = text.splitlines(keepends=True)
-        kept = [lines[0] if lines[0].endswith("\n") else lines[0] + "\n"]
-        width = len(next(csv.reader([lines[0]]), []))   # the header's columns (extras included)
-        for line in lines[1:]:
-            cells = next(csv.reader([line]), [])
-            if (line.endswith("\n") and len(cells) == width
-                    and (case_ids is None or cells[0] in case_ids)):
-                kept.append(line)
-        dropped = len(lines) - len(kept)
+        kept, dropped = repair.kept_samples(data, case_ids)
         if dropped:
             with _storage(p):
-                atomic_write(p, "".join(kept).encode())
+                atomic_write(p, kept)
         return dropped
 
     def repair(self) -> None:
-        """Make the folder consistent before a --resume continues it: the CSV rewritten from
-        results.jsonl, samples only of Cases with a final row, no temporary files left."""
+        """Make the folder consistent before a --resume continues it, before anything is measured:
+        lines of results.jsonl that are not UTF-8 dropped (their Cases run again), the CSV rewritten
+        from it, samples only of Cases with a final row, no temporary files left, and measured Cases
+        whose samples are gone (samples.csv deleted or cut) measured again."""
         for tmp in self.path.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
-        if (self.path / "results.jsonl").exists():
+            files.unlink(self.path, tmp.name)
+        if files.lstat(self.path, "results.jsonl") is not None:
+            if repair.drop_undecodable_lines(self.path, "results.jsonl"):
+                self._forget()
             self.rewrite_csv()
         self.keep_samples(self.done_case_ids())
+        self._repair_mark = self._offset
+        measured = {r["case_id"] for r in self.latest_rows() if r.get("status") in ("ok", "wrong")}
+        self._unsampled = measured - repair.sampled_case_ids(self.path) if measured else set()
 
     # -- metadata --
     def write_meta(self, meta: dict) -> None:
-        data = json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, default=_jsonable)
+        data = json.dumps(redact_meta({"schema_version": SCHEMA_VERSION, **meta}), indent=2, default=_jsonable)
         with _storage(self.path / "run.json"):
             atomic_write(self.path / "run.json", data.encode())
 
@@ -290,14 +302,14 @@ class RunFolder:
 
 
 def is_run_folder(path: Path) -> bool:
-    """A folder holding results.csv (what `commbench run` writes)."""
-    return Path(path).is_dir() and (Path(path) / "results.csv").is_file()
+    """A folder holding results.csv (what `commbench run` writes; a link there is refused on reading)."""
+    return Path(path).is_dir() and os.path.lexists(Path(path) / "results.csv")
 
 
 def read_meta(path) -> dict:
     """run.json of a run folder ({} when it has none yet)."""
     meta_path = Path(path) / "run.json"
-    if not meta_path.is_file():
+    if not os.path.lexists(meta_path):
         return {}
     return read_meta_text(meta_path)
 
@@ -305,22 +317,22 @@ def read_meta(path) -> dict:
 def _csv_header(path: Path) -> list[str] | None:
     """The header of a CSV file, or None when it does not exist or is empty."""
     try:
-        with open(path, newline="") as fh:
-            return next(csv.reader(fh), None)
+        fh = _open_rb(path)
     except FileNotFoundError:
         return None
+    with io.TextIOWrapper(fh, newline="") as text:
+        return next(csv.reader(text), None)
 
 
 def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
     """Rewrite a CSV under a wider header (new cells empty), atomically."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    tmp = path.with_name("." + path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=columns, restval="")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    text = files.read_bytes(path.parent, path.name).decode("utf-8", "replace")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=columns, restval="")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(path, buf.getvalue().encode())
 
 
 def _parse_line(line: bytes) -> dict | None:
@@ -338,8 +350,7 @@ def _parse_line(line: bytes) -> dict | None:
 
 def storage_marks(folder: Path) -> dict[str, int]:
     """Lengths of the files rank 0 appends to, to cut back to with ``truncate_to``."""
-    return {name: (Path(folder) / name).stat().st_size if (Path(folder) / name).exists() else 0
-            for name in FOLDER_FILES}
+    return {name: _size(Path(folder) / name) or 0 for name in FOLDER_FILES}
 
 
 def truncate_to(folder: Path, marks: dict[str, int]) -> None:
@@ -349,31 +360,31 @@ def truncate_to(folder: Path, marks: dict[str, int]) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write a whole file through a temporary twin and a rename; the twin never outlives a failure."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write a whole file through a temporary twin and a rename; the twin never outlives a failure
+    and a link at ``path`` is replaced, never written through."""
+    files.write_atomic(Path(path).parent, Path(path).name, data)
 
 
 def _append(path: Path, data: bytes) -> None:
-    with open(path, "ab") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    files.append(path.parent, path.name, data)
+
+
+def _open_rb(path: Path):
+    """``path`` open for binary reading, no link followed (FileNotFoundError when absent)."""
+    return os.fdopen(files.open_fd(path.parent, path.name, os.O_RDONLY | os.O_NONBLOCK), "rb")
+
+
+def _size(path: Path) -> int | None:
+    """The length of ``path`` (None when absent; a link is refused)."""
+    st = files.lstat(path.parent, path.name)
+    return None if st is None else st.st_size
 
 
 @contextmanager
 def _all_or_nothing(path: Path):
     """Appends inside are undone (the file cut back to its length before) if any of them fails;
     a full disk becomes StorageFull."""
-    size = path.stat().st_size if path.exists() else None
+    size = _size(path)
     try:
         with _storage(path):
             yield
@@ -382,36 +393,19 @@ def _all_or_nothing(path: Path):
         raise
 
 
-@contextmanager
-def _storage(path: Path):
-    """A full disk, quota or file-size limit while writing ``path`` becomes StorageFull."""
-    try:
-        yield
-    except OSError as exc:
-        _raise_storage(path, exc)
-        raise
-
-
 def _cut_back(path: Path, size: int | None) -> None:
     try:
         if size is None:
-            path.unlink(missing_ok=True)
-        elif path.exists() and path.stat().st_size > size:
-            os.truncate(path, size)   # frees space: works on a full disk
-    except OSError:
+            files.unlink(path.parent, path.name)
+        elif (_size(path) or 0) > size:
+            files.truncate(path.parent, path.name, size)   # frees space: works on a full disk
+    except (OSError, RunFolderError):
         pass   # best effort; the reader refuses what is left cut
-
-
-def _raise_storage(path: Path, exc: OSError) -> None:
-    if exc.errno in STORAGE_ERRNOS:
-        raise StorageFull(f"cannot write {path}: {exc.strerror}; the run stopped. Every Case stored "
-                          f"before is kept and the folder is consistent: free space, then continue with "
-                          f"`commbench run SUITE --resume --out {path.parent}`") from None
 
 
 def _ends_with_newline(path: Path) -> bool:
     try:
-        with open(path, "rb") as fh:
+        with _open_rb(path) as fh:
             fh.seek(-1, os.SEEK_END)
             return fh.read(1) == b"\n"
     except OSError:   # missing or empty

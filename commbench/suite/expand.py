@@ -89,9 +89,20 @@ def _resolve_ranks(value, gpu_count: int) -> tuple[int, int | None]:
     return max(1, gpu_count), None
 
 
-def _variant_label(env: dict[str, str], varying: list[str]) -> str:
+def _variant_label(env: dict[str, str], varying: list[str], values: dict[str, list] | None = None) -> str:
+    """The results' ``variant``: the varying variables, a secret-looking one as NAME=<withheld> (or
+    <withheld-N>, its place in the suite's list, when it takes several values)."""
+    from ..sysinfo.machine import WITHHELD, is_secret
+
+    def shown(k: str) -> str:
+        if not is_secret(k, env[k]):
+            return str(env[k])
+        choices = [str(v) for v in (values or {}).get(k, [])]
+        return f"<withheld-{choices.index(str(env[k])) + 1}>" if len(choices) > 1 and str(env[k]) in choices \
+            else WITHHELD
+
     keys = varying or []
-    return ",".join(f"{k}={env[k]}" for k in keys) if keys else "default"
+    return ",".join(f"{k}={shown(k)}" for k in keys) if keys else "default"
 
 
 class _Bench:
@@ -332,7 +343,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
         n_ranks = rpn * len(hosts) if hosts else ranks
         cases.append(fam.finalize_case(Case(
             suite=suite_name, bench=bname, family=fam.name, op=op, backend=backend,
-            variant=_variant_label(envv, varying), env=tuple(sorted(envv.items())),
+            variant=_variant_label(envv, varying, env_lists), env=tuple(sorted(envv.items())),
             dtype=dtype, size_bytes=size, params=tuple(zip(pkeys, pcombo)),
             warmup=int(counts["warmup"]) if counts["warmup"] is not None else default_iters(size, True),
             iters=int(counts["iters"]) if counts["iters"] is not None else default_iters(size, False),

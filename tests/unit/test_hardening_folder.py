@@ -135,7 +135,9 @@ def test_a_csv_that_cannot_be_rewritten_takes_the_row_back(tmp_path, monkeypatch
 
 def test_resume_repair_drops_unclaimed_samples_cut_lines_and_temporary_files(tmp_path):
     f = RunFolder(tmp_path)
-    f.create(resume=False)
+    f.claim(resume=False)
+    f.write_meta({"suite": "s"})
+    f.release()
     f.append_samples([sample("a", i) for i in range(2)])
     f.append_row(row("a"))
     f.append_samples([sample("b", i) for i in range(2)])   # killed before b's row

@@ -8,8 +8,14 @@ import pandas as pd
 from .document import Document, Image, Link, Section, cell
 
 
+def _html(text: str) -> str:
+    """Markdown passes raw HTML through: text from a run folder (a reason, a bench name) must not
+    become markup (a `<script>` in a cell stays text)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _html(text).replace("|", "\\|").replace("\n", " ")
 
 
 def table_md(df: pd.DataFrame) -> str:
@@ -22,10 +28,10 @@ def table_md(df: pd.DataFrame) -> str:
 
 def render(doc: Document, image_dir: str | None = None) -> str:
     """Markdown text; images are referenced as image_dir/name (omitted when image_dir is None)."""
-    out = [f"# {doc.title}", ""]
+    out = [f"# {_escape(doc.title)}", ""]
 
     def walk(sec: Section, depth: int) -> None:
-        out.extend([f"{'#' * depth} {sec.title}", ""])
+        out.extend([f"{'#' * depth} {_escape(sec.title)}", ""])
         for it in sec.items:
             if isinstance(it, Section):
                 walk(it, depth + 1)
@@ -33,11 +39,11 @@ def render(doc: Document, image_dir: str | None = None) -> str:
                 out.extend([table_md(it), ""])
             elif isinstance(it, Image):
                 if image_dir is not None:
-                    out.extend([f"![{it.alt}]({image_dir}/{it.name})", ""])
+                    out.extend([f"![{_escape(it.alt)}]({image_dir}/{it.name})", ""])
             elif isinstance(it, Link):
                 out.extend([f"[{_escape(it.text)}]({it.href})", ""])
             else:
-                out.extend([str(it), ""])
+                out.extend([_html(str(it)), ""])
     for sec in doc.sections:
         walk(sec, 2)
     return "\n".join(out).rstrip() + "\n"

@@ -6,7 +6,7 @@ import shlex
 
 import pandas as pd
 
-from commbench.sysinfo.machine import CREDENTIAL_NAME
+from commbench.sysinfo.machine import CREDENTIAL_NAME, looks_secret
 from commbench.units import format_size
 
 # A point is unstable when its p90 is more than this factor above its median:
@@ -145,7 +145,7 @@ def metadata(meta: dict) -> pd.DataFrame:
     env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     withheld = [str(k) for k in meta.get("env_withheld") or [] if isinstance(k, str)]
     for k, v in sorted(env.items(), key=lambda kv: str(kv[0])):
-        if CREDENTIAL_NAME.search(str(k)):   # a run.json written before names were withheld
+        if CREDENTIAL_NAME.search(str(k)) or looks_secret(v):   # a run.json written before this rule
             withheld.append(str(k))
             continue
         rows.append((f"env {k}", str(v)))
