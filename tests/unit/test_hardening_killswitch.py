@@ -95,6 +95,8 @@ def test_a_rank_whose_launch_said_nothing_refuses(monkeypatch):
         def allgather(self, obj):
             return [obj]
 
+    for key in safety.KILL_SWITCHES:   # an earlier test may have set them (os.environ and the C env)
+        monkeypatch.delenv(key, raising=False)
     monkeypatch.delenv(safety.EXPECTED_VAR, raising=False)
     assert "refusing to measure" in runner._tampered(OneRank(), {})
     monkeypatch.setenv(safety.EXPECTED_VAR, json.dumps({}))
