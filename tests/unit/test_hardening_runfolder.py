@@ -35,7 +35,7 @@ SUITE = textwrap.dedent("""\
 
 
 def row(cid: str, status: str = "ok") -> dict:
-    return {"case_id": cid, "status": status, "time_us": 1.0, "wrong": 0}
+    return {"case_id": cid, "status": status, "time_us": 1.0, "wrong": 0, "size_bytes": 8}
 
 
 def sample(cid: str, i: int) -> dict:
@@ -289,7 +289,7 @@ def test_resume_repair_drops_non_utf8_lines_before_anything_is_measured(tmp_path
     f = _run_folder(tmp_path)
     f.append_samples([sample("b", i) for i in range(2)])
     with open(tmp_path / "results.jsonl", "ab") as fh:
-        fh.write(b'{"case_id": "b", "status": "ok", "time_us": 1.0, "reason": "\xff\xfe"}\n')
+        fh.write(b'{"case_id": "b", "status": "ok", "size_bytes": 8, "time_us": 1.0, "reason": "\xff\xfe"}\n')
     f2 = RunFolder(tmp_path)
     f2.claim(resume=True)
     f2.repair()
