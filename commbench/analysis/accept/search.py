@@ -3,7 +3,8 @@
 Pure planning, nothing launched: ``next_wave()`` gives host groups that may run at the same time,
 ``observe()`` takes each group's pass/fail (and, for nodes alone, per-GPU values when measured).
 
-1. every node alone (one wave): a node that fails alone is bad; per-GPU values name the GPU;
+1. every node alone (one wave), and a node that fails alone twice more (a failure may be a flaky
+   launch): then it is bad, and per-GPU values of the first wave name the GPU;
 2. a few random perfect matchings of the nodes that passed alone (one wave each): the cheap screen
    for a node's network (NIC, cable, switch port), which only shows when it talks to another node;
 3. the nodes not yet failing, in groups of ``group_size`` (one wave), then halves of each failing
@@ -26,6 +27,8 @@ from .localize import blame_pairs, robust_z
 
 Group = tuple[str, ...]
 STRATEGY = "search"
+ALONE_TRIES = 3   # a node is named from its own launches only after failing alone this many times in a row
+LINK_TRIES = 3   # a pair of nodes that pass elsewhere is named only after failing this many times in a row
 
 
 @dataclass
@@ -51,6 +54,7 @@ class _Node:
     failed_groups: list = field(default_factory=list)
     partners_tried: set = field(default_factory=set)
     confirm_fails: int = 0
+    alone_fails: int = 0
 
 
 class SearchPlanner:
@@ -92,7 +96,8 @@ class SearchPlanner:
         if self._phase == "alone":
             return [(n,) for n in self.nodes]
         if self._phase == "again":   # a node that failed alone once more: one failure may be a flake
-            again = [(n,) for n in self.nodes if self.state[n].alone_ok is False]
+            again = [(n,) for n in self.nodes
+                     if self.state[n].alone_ok is False and self.state[n].alone_fails < ALONE_TRIES]
             if not again:
                 self._phase = "match"
             return again
@@ -125,7 +130,11 @@ class SearchPlanner:
                 used.add(partner)
                 wave.append((s, partner))
         if not wave:   # suspects done: a failing pair whose two nodes passed elsewhere, once more
-            wave = [p for p in self._cleared_failing_pairs() if len(self.pair_results[p]) < 2]
+            for p in self._cleared_failing_pairs():   # disjoint ones now, the others in a later wave
+                if len(self.pair_results[p]) < LINK_TRIES and not any(self.pair_results[p]) \
+                        and not used.intersection(p):
+                    used.update(p)
+                    wave.append(p)
         return wave or None
 
     # -- observing ----------------------------------------------------------------------------
@@ -142,7 +151,7 @@ class SearchPlanner:
         self.launches += len(wave)
         if self._phase in ("alone", "again"):
             self._observe_alone(out)
-            self._phase = "again" if self._phase == "alone" else "match"
+            self._phase = "again"
             return
         failing = []
         for g in wave:
@@ -165,8 +174,7 @@ class SearchPlanner:
             self._failing = failing
 
     def _observe_alone(self, out: dict[Group, Outcome]) -> None:
-        final = self._phase == "again"
-        if not final:   # GPUs compared across the whole first wave, where healthy ones are the majority
+        if self._phase == "alone":   # GPUs compared across the whole first wave, where healthy ones are the majority
             gpu = pd.Series({(g[0], i): v for g, o in out.items() for i, v in enumerate(o.gpu_values)},
                             dtype=float)
             self._gpu_z = robust_z(gpu) if len(gpu) >= 3 else pd.Series(dtype=float)
@@ -174,7 +182,8 @@ class SearchPlanner:
         for g, o in out.items():
             node = g[0]
             self.state[node].alone_ok = o.passed
-            if o.passed or not final:
+            self.state[node].alone_fails += not o.passed
+            if o.passed or self.state[node].alone_fails < ALONE_TRIES:
                 continue
             slow = [i for (n, i), zv in z.items() if n == node and zv <= -self.gpu_z_threshold]
             if slow and len(slow) < sum(1 for (n, _i) in z.index if n == node):
@@ -205,11 +214,11 @@ class SearchPlanner:
                 why += f"; {blame['why']}"
             out.append(Finding("network", n, (n,), sure, why))
         for g in self._cleared_failing_pairs():
-            fails = self.pair_results[g].count(False)
-            if fails >= 2:   # one failure of a pair of good nodes is as likely a flaky launch
-                out.append(Finding("link", "-".join(g), g, "bad" if fails == len(self.pair_results[g]) else "suspect",
-                                   f"this pair failed {fails} of {len(self.pair_results[g])} times; "
-                                   "both nodes pass with other partners"))
+            tries = self.pair_results[g]
+            if len(tries) >= LINK_TRIES and not any(tries):   # fewer failures are as likely flaky launches
+                out.append(Finding("link", "-".join(g), g, "bad",
+                                   f"this pair failed {len(tries)} of {len(tries)} times; both nodes pass "
+                                   "with other partners"))
         return out
 
     def _cleared_failing_pairs(self) -> list[Group]:
@@ -229,5 +238,6 @@ def _chunks(order: list[str], size: int) -> list[Group]:
     """Consecutive groups of ``size``; a short last group joins the one before it."""
     groups = [tuple(order[i:i + size]) for i in range(0, len(order), size)]
     if len(groups) >= 2 and len(groups[-1]) < size:
-        groups[-2] += groups.pop()
+        last = groups.pop()
+        groups[-1] += last
     return groups

@@ -64,6 +64,8 @@ def play_wave(fab: Fabric, wave: list[tuple[str, ...]], index: dict[str, int]) -
     rng, out = fab.rng, {}
     sizes = np.array([len(g) for g in wave])
     members = np.array([index[n] for g in wave for n in g])
+    if len(np.unique(members)) != len(members):
+        raise ValueError("the groups of a wave overlap: they cannot run at the same time")
     noisy_gpu = fab.gpu_rate[members] * rng.lognormal(0.0, fab.noise, (len(members), fab.gpu_rate.shape[1]))
     node_min = np.minimum(noisy_gpu.min(axis=1), fab.intra_rate[members] * rng.lognormal(0.0, fab.noise, len(members)))
     net = fab.net_rate[members] * rng.lognormal(0.0, fab.noise, len(members))
