@@ -94,8 +94,8 @@ def _part(f) -> str:
     return f.name.split(" ", 1)[1] if f.level == "gpu" else f.level
 
 
-def run_one(n_nodes: int, bad: int, seed: int, **planner_kw) -> dict:
-    fab = make_fabric(n_nodes, bad, seed)
+def run_one(n_nodes: int, bad: int, seed: int, fabric_kw: dict | None = None, **planner_kw) -> dict:
+    fab = make_fabric(n_nodes, bad, seed, **(fabric_kw or {}))
     planner = SearchPlanner(fab.nodes, seed=seed, **planner_kw)
     index = {n: i for i, n in enumerate(fab.nodes)}
     while (wave := planner.next_wave()) is not None:
@@ -103,13 +103,14 @@ def run_one(n_nodes: int, bad: int, seed: int, **planner_kw) -> dict:
     return {"waves": planner.waves, "launches": planner.launches, **score(fab, planner)}
 
 
-def table(sizes=(64, 1024, 4096), bads=range(5), seeds: int = 100, seeds_large: int | None = None) -> list[dict]:
+def table(sizes=(64, 1024, 4096), bads=range(5), seeds: int = 100, seeds_large: int | None = None,
+          fabric_kw: dict | None = None) -> list[dict]:
     rows = []
     for n in sizes:
         k = seeds_large if (seeds_large and n >= 4096) else seeds
         for b in bads:
             t0 = time.perf_counter()
-            runs = [run_one(n, b, s) for s in range(k)]
+            runs = [run_one(n, b, s, fabric_kw) for s in range(k)]
             named = sum(r["named"] for r in runs)
             true = sum(r["true"] for r in runs)
             rows.append({"nodes": n, "bad": b, "seeds": k,
@@ -160,10 +161,18 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=100)
     ap.add_argument("--seeds-large", type=int, default=None, help="seeds at N >= 4096 (default: --seeds)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[64, 1024, 4096])
+    ap.add_argument("--bad", type=int, nargs="+", default=list(range(5)), help="numbers of bad parts")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    ap.add_argument("--noise", type=float, default=0.02, help="lognormal sigma of each draw")
+    ap.add_argument("--flake", type=float, default=0.001, help="chance that a launch fails on its own")
+    ap.add_argument("--floor", type=float, default=0.85, help="pass at this fraction of nominal")
+    ap.add_argument("--bad-rate", type=float, nargs=2, default=(0.4, 0.75), help="a bad part's rate range")
     ap.add_argument("--plot", default=None, help="write a PNG of waves against b")
     args = ap.parse_args(argv)
+    fabric_kw = {"gpus": args.gpus, "noise": args.noise, "flake": args.flake, "floor": args.floor,
+                 "bad_rate": tuple(args.bad_rate)}
     t0 = time.perf_counter()
-    rows = table(args.sizes, range(5), args.seeds, args.seeds_large)
+    rows = table(args.sizes, args.bad, args.seeds, args.seeds_large, fabric_kw)
     print(markdown(rows))
     print(f"\n{time.perf_counter() - t0:.0f} s of CPU time")
     if args.plot:
