@@ -28,7 +28,8 @@ COMMON_KEYS: dict[str, str] = {
     "profile": "none (default) | torch (torch.profiler trace of the timed batch) | nccl (commbench's NCCL "
                "profiler plugin: kernel time per channel, algorithm, proxy steps); docs/profiling.md",
     "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
-                 "in rounds of disjoint pairs); hosts from COMMBENCH_HOSTS or the Slurm allocation",
+                 "in rounds of disjoint pairs); hosts from COMMBENCH_HOSTS or the Slurm allocation. "
+                 "search (docs/accept.md, \"Strategies\") is refused until the launcher runs its waves",
 }
 PLACEMENTS = ("together", "per_node", "pairs")
 PROFILES = ("none", "torch", "nccl")

@@ -329,3 +329,17 @@ def accept_document(run: Run, ruleset: RuleSet, verdicts: list[Verdict], finding
                  "median and MAD across hosts (needs 3 or more).")
         sec.table(findings, "no per-rank samples to compare")
     return doc
+
+
+def search_verdicts(summary: dict) -> list[Verdict]:
+    """The `search` strategy's verdicts (analysis/accept/search.py, SearchPlanner.summary()): one line
+    saying what ran and how long it took, then one failing check per name, with its confidence."""
+    found = summary["findings"]
+    cost = f"{summary['waves']} waves, {summary['launches']} launches over {summary['nodes']} nodes"
+    out = [Verdict(f"strategy {summary['strategy']}", "node", not found, cost, "no node, GPU or link named",
+                   f"{cost}; {summary['proven_good']} nodes proven good in a passing group of two or more; "
+                   f"named {len(summary['bad'])} bad, {len(summary['suspect'])} suspect", "host groups")]
+    for f in found:
+        out.append(Verdict(f"{f.confidence} {f.level} {f.name}", "node", False, f.confidence,
+                           "passes alone and in groups", f.evidence, "host groups"))
+    return out
