@@ -64,4 +64,4 @@ def add(doc, report) -> None:
                   "relative time per pass and node", f"burnin-{run.label.replace('/', '-')}.png")
 
 
-SECTION = ReportSection("burnin", 25, add, applies)
+SECTION = ReportSection("burnin", 27, add, applies)
