@@ -131,7 +131,6 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
 
             burnin_dir, passes = run_burnin(suite, out, duration_s, resume=resume, run_one=run_one)
             run_dirs = [burnin_dir]
-            click.echo(f"commbench: burn-in: {passes} pass(es) in this call", err=True)
         elif repeat > 1:
             from .launch.repeat import run_repeats
 
@@ -152,6 +151,10 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
     from .world import launcher_rank
 
     code, summary = run_exit_status_all_ranks(run_dirs)
+    if duration_s is not None:
+        from .launch.burnin import burnin_exit_status
+
+        code, summary = burnin_exit_status(run_dirs[0], passes, code, summary)
     for warning in busy_warnings_all_ranks(run_dirs):
         click.echo(f"commbench: warning: {warning}", err=True)
     if launcher_rank() in (None, 0):   # inside an MPI job: one summary, from rank 0

@@ -48,6 +48,18 @@ def node_of(df: pd.DataFrame, hostname) -> pd.Series:
     return node
 
 
+FAILING = ("wrong", "failed", "timeout")
+
+
+def failing_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of every pass that are not correct or not finished (results.csv shows only the last
+    pass: a Case that failed in pass 3 and passed in pass 7 is found here)."""
+    if df.empty or "status" not in df.columns:
+        return df.iloc[0:0]
+    wrong = pd.to_numeric(df["wrong"], errors="coerce").fillna(0) if "wrong" in df.columns else 0
+    return df[df["status"].isin(FAILING) | (wrong > 0)]
+
+
 def lower_is_better(metric: str) -> bool:
     return metric in TIME_COLUMNS or metric.endswith("_us")
 
@@ -76,6 +88,8 @@ def per_pass(df: pd.DataFrame, metric: str, aggregate: str = "median") -> pd.Dat
 def relative_time(df: pd.DataFrame) -> pd.DataFrame:
     """The rows with ``rel_time``: each ok row's time_us over the median of its Case (on its node)
     across passes, so points of every size weigh alike (1.0: the Case's usual time)."""
+    if "time_us" not in df.columns or "status" not in df.columns:
+        return df.iloc[0:0]
     ok = df[df["status"].eq("ok") & df["time_us"].notna() & df["time_us"].gt(0)].copy()
     if ok.empty:
         return ok

@@ -123,6 +123,34 @@ def run_burnin(suite_path: Path, out: Path | None, duration_s: float, *, resume:
         pass_no, pending, again = pass_no + 1, False, True
 
 
+FAILING = ("wrong", "failed", "timeout")
+
+
+def failures_over_passes(out: Path) -> str:
+    """'' when every row of every pass is correct and finished, else a sentence saying how many were
+    not and in which passes (results.csv, and so `run`'s counts, shows only each Case's last row)."""
+    def find():
+        rows = RunFolder(out).rows() if (Path(out) / "results.jsonl").exists() else []
+        bad = [r for r in rows if r.get("status") in FAILING
+               or (isinstance(r.get("wrong"), (int, float)) and r["wrong"] > 0)]
+        passes = sorted({r[PASS_COLUMN] for r in bad if isinstance(r.get(PASS_COLUMN), int)})
+        return (f"{len(bad)} row(s) of the burn-in not correct or not finished"
+                + (f" (pass {', '.join(map(str, passes[:10]))}{' ...' if len(passes) > 10 else ''})" if passes else "")
+                if bad else "")
+    return _on_root(find)
+
+
+def burnin_exit_status(out: Path, passes: int, code: int, summary: str) -> tuple[int, str]:
+    """`run`'s exit status and summary (from the last row of each Case) made to cover every pass:
+    1 when a row of any pass was not correct or not finished."""
+    head, _, tail = summary.rpartition(" -> ")
+    head = f"{head} in the last pass; {passes} pass(es) this call"
+    earlier = failures_over_passes(out)
+    if earlier:
+        return 1, f"{head}; {earlier} -> exit 1"
+    return code, f"{head} -> {tail}"
+
+
 def _pending_utc(out: Path) -> str:
     """A resumed pass keeps the start time of its first rows (run.json's last start otherwise)."""
     from ..runfolder import read_meta

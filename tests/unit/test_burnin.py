@@ -18,7 +18,7 @@ from commbench.analysis.accept.drift import burnin_checks
 from commbench.analysis.accept.rules import RulesError, load_rules
 from commbench.analysis.accept.verdict import evaluate, select
 from commbench.cli import cli
-from commbench.launch.burnin import last_pass, run_burnin, stamp_pass, suite_duration_s
+from commbench.launch.burnin import burnin_exit_status, last_pass, run_burnin, stamp_pass, suite_duration_s
 from commbench.runfolder import RunFolder
 from commbench.runfolder.reader import Run
 from commbench.units import parse_duration
@@ -82,22 +82,23 @@ def test_drift_rule_names_the_sagging_node_and_pass(tmp_path):
     _write_burnin(tmp_path / "run", {"n1": [100, 101, 99, 100], "n2": [100, 104, 118, 131]})
     rs = _rules(tmp_path, "- {name: steady, select: {op: spin}, metric: time_us, aggregate: median, drift_pct: 10}\n")
     checks = burnin_checks(_run_of(tmp_path / "run"), rs.rules, select)
-    assert [c["check"] for c in checks] == ["steady on n2"] and not checks[0]["passed"]
+    assert [(c["check"], c["passed"]) for c in checks] == [("steady on n2", False),
+                                                           ("burn-in: every pass's rows", True)]
     assert "node n2" in checks[0]["reason"] and "31.0%" in checks[0]["reason"]
     assert "worst pass 4" in checks[0]["reason"]
     verdicts, _ = evaluate(_run_of(tmp_path / "run"), rs)
-    assert [v.passed for v in verdicts if v.kind == "rule"] == [False]
+    assert [v.passed for v in verdicts if v.kind == "rule"] == [False, True]
 
 
 def test_spread_rule_fails_a_node_that_swings_and_passes_a_steady_one(tmp_path):
     _write_burnin(tmp_path / "run", {"n1": [100, 100, 101], "n2": [100, 160, 101]})
     rs = _rules(tmp_path, "- {name: s, metric: time_us, spread_pct: 20}\n")
     checks = burnin_checks(_run_of(tmp_path / "run"), rs.rules, select)
-    assert [(c["check"], c["passed"]) for c in checks] == [("s on n2", False)]
+    assert [(c["check"], c["passed"]) for c in checks][0] == ("s on n2", False)
     assert "worst pass 2" in checks[0]["reason"]
     _write_burnin(tmp_path / "steady", {"n1": [100, 100, 101], "n2": [100, 102, 101]})
     checks = burnin_checks(_run_of(tmp_path / "steady"), rs.rules, select)
-    assert [(c["check"], c["passed"]) for c in checks] == [("s", True)]
+    assert [(c["check"], c["passed"]) for c in checks][0] == ("s", True)
 
 
 def test_higher_is_better_metric_sags_when_it_falls(tmp_path):
@@ -110,7 +111,7 @@ def test_a_drift_rule_on_a_run_without_passes_fails_unless_optional(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "results.jsonl").write_text(json.dumps({"case_id": "c", "status": "ok", "time_us": 1}) + "\n")
     rs = _rules(tmp_path, "- {name: d, metric: time_us, drift_pct: 5}\n")
-    (check,) = burnin_checks(_run_of(tmp_path / "run"), rs.rules, select)
+    (check,) = burnin_checks(_run_of(tmp_path / "run"), rs.rules, select)   # not a burn-in: no pass check
     assert not check["passed"] and "at least 2 passes" in check["reason"]
     rs = _rules(tmp_path, "- {name: d, metric: time_us, drift_pct: 5, min_rows: 0}\n")
     assert burnin_checks(_run_of(tmp_path / "run"), rs.rules, select)[0]["passed"]
@@ -230,3 +231,18 @@ def test_sigint_mid_pass_keeps_the_passes_and_exits_130(tmp_path):
                                    "--resume"])
     assert res.exit_code == 0, res.output
     assert _passes(out) == [1, 1, 2, 2, 2]   # the resume numbers on
+
+
+def test_a_failure_in_an_earlier_pass_fails_the_burnin(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = [{"case_id": "a", "status": "failed", "pass": 1}, {"case_id": "a", "status": "ok", "pass": 2}]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, summary = burnin_exit_status(out, 2, 0, "1 ok, 0 skipped -> exit 0")
+    assert code == 1 and "1 row(s) of the burn-in not correct or not finished (pass 1)" in summary
+    (check,) = burnin_checks(_run_of(out), [], select)   # accept says so too, naming the pass
+    assert not check["passed"] and check["reason"].startswith("first in pass 1 on ")
+    (out / "results.jsonl").write_text(json.dumps(rows[1]) + "\n")
+    assert burnin_exit_status(out, 2, 0, "1 ok -> exit 0") == (0, "1 ok in the last pass; 2 pass(es) this call -> exit 0")
+    (check,) = burnin_checks(_run_of(out), [], select)
+    assert check["passed"] and check["check"] == "burn-in: every pass's rows"

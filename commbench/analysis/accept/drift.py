@@ -11,13 +11,30 @@ from .rules import Rule, metric_unit
 
 def burnin_checks(run, rules: list[Rule], select_rows) -> list[dict]:
     """Verdict fields (check, passed, measured, expected, reason, metric, unit) for every rule with
-    drift_pct or spread_pct: one per failing node, else one that passes. ``select_rows(df, rule)``
-    is accept's selector."""
+    drift_pct or spread_pct (one per failing node, else one that passes) and, on a burn-in, one
+    for the rows of every pass. ``select_rows(df, rule)`` is accept's selector."""
     rules = [r for r in rules if r.drift_pct is not None or r.spread_pct is not None]
-    if not rules:
-        return []
     df = burnin.pass_rows(run.path)
-    return [c for rule in rules for c in _rule_checks(rule, df, select_rows)]
+    return [c for rule in rules for c in _rule_checks(rule, df, select_rows)] + _pass_rows_check(df)
+
+
+def _pass_rows_check(df) -> list[dict]:
+    """A burn-in fails when any pass holds a row not correct or not finished, even one a later pass
+    measured again (the last pass's rows are judged by accept's row checks as usual)."""
+    if df.empty:
+        return []
+    bad = burnin.failing_rows(df)
+    base = {"check": "burn-in: every pass's rows", "metric": "status and wrong", "unit": "",
+            "expected": "ok in every pass"}
+    if bad.empty:
+        return [{**base, "passed": True, "measured": f"{df['pass'].nunique()} pass(es) ok",
+                 "reason": "no row of any pass was wrong, failed or timed out"}]
+    first = bad.iloc[0]
+    shown = ", ".join(f"pass {int(r['pass'])} {r.get('op', '')} {r.get('case_id', '')} on {r['node']}: "
+                      f"{r['status']}" for _, r in bad.head(5).iterrows())
+    return [{**base, "passed": False, "measured": f"{len(bad)} row(s) in {bad['pass'].nunique()} pass(es)",
+             "reason": f"first in pass {int(first['pass'])} on {first['node']}; {shown}"
+                       + (" ..." if len(bad) > 5 else "")}]
 
 
 def _bounds(rule: Rule) -> str:
