@@ -15,7 +15,7 @@ from ..runfolder.schema import PASS_COLUMN, PASS_UTC_COLUMN
 from ..runfolder.writer import atomic_write
 from ..units import parse_duration
 from ..world import inside_mpi_job
-from .repeat import _on_root
+from .repeat import on_root
 
 DURATION_KEY = "duration"   # the suite's top-level key
 
@@ -87,7 +87,8 @@ def run_burnin(suite_path: Path, out: Path | None, duration_s: float, *, resume:
 
     ``run_one(suite, out_dir, again, finish_wrap)`` runs one pass as `run` runs a suite; it calls
     ``finish_wrap(folder)`` once the pass's rows are stored (the folder still held). A --resume
-    first finishes the pass a Ctrl-C cut short, then numbers on; the duration counts from now."""
+    numbers on from the last pass (first finishing one a kill left unstamped); the duration counts
+    from now."""
     if out is None:
         if resume or inside_mpi_job():
             raise CommbenchError("--duration with --resume, or inside an MPI job, needs --out: the run "
@@ -103,9 +104,9 @@ def run_burnin(suite_path: Path, out: Path | None, duration_s: float, *, resume:
         raise CommbenchError(f"{out} already holds results: pass --resume to continue the burn-in, or "
                              "choose another --out.")
     start = clock()
-    done_passes, pending = _on_root(lambda: last_pass(out))
+    done_passes, pending = on_root(lambda: last_pass(out))
     pass_no, passes = done_passes + 1, 0
-    again = not fresh
+    again = resume and out.exists() and any(out.iterdir())   # a folder cut before its first row too
     while True:
         pass_utc = _now_utc() if not pending else _pending_utc(out)
 
@@ -115,10 +116,10 @@ def run_burnin(suite_path: Path, out: Path | None, duration_s: float, *, resume:
         try:
             run_one(suite_path, out, again, finish_wrap)
         except KeyboardInterrupt:
-            _on_root(lambda n=pass_no, utc=pass_utc: _stamp_unlocked(out, n, utc))
+            on_root(lambda n=pass_no, utc=pass_utc: _stamp_unlocked(out, n, utc))
             raise
         passes += 1
-        if _on_root(lambda: clock() - start >= duration_s):
+        if on_root(lambda: clock() - start >= duration_s):
             return out, passes
         pass_no, pending, again = pass_no + 1, False, True
 
@@ -137,7 +138,7 @@ def failures_over_passes(out: Path) -> str:
         return (f"{len(bad)} row(s) of the burn-in not correct or not finished"
                 + (f" (pass {', '.join(map(str, passes[:10]))}{' ...' if len(passes) > 10 else ''})" if passes else "")
                 if bad else "")
-    return _on_root(find)
+    return on_root(find)
 
 
 def burnin_exit_status(out: Path, passes: int, code: int, summary: str) -> tuple[int, str]:
