@@ -246,3 +246,31 @@ def test_a_failure_in_an_earlier_pass_fails_the_burnin(tmp_path):
     assert burnin_exit_status(out, 2, 0, "1 ok -> exit 0") == (0, "1 ok in the last pass; 2 pass(es) this call -> exit 0")
     (check,) = burnin_checks(_run_of(out), [], select)
     assert check["passed"] and check["check"] == "burn-in: every pass's rows"
+
+
+def test_resume_finishes_a_pass_a_kill_left_unstamped_then_numbers_on(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = [{"case_id": "a", "status": "ok", "pass": 1, "pass_utc": "t1"}, {"case_id": "a", "status": "ok"}]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    now, seen = [0.0], []
+
+    def run_one(suite, out_dir, again, before_finish):
+        seen.append((again, before_finish.__defaults__[0]))   # the pass number it will stamp
+        now[0] += 1.0
+        return out_dir
+
+    assert run_burnin(tmp_path / "s.yaml", out, 1.5, resume=True, run_one=run_one, clock=lambda: now[0]) == (out, 2)
+    assert seen == [(True, 2), (True, 3)]
+
+
+def test_duration_option_and_suite_key(tmp_path):
+    from commbench.cli import _duration_s
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\nduration: 2m\nbenchmarks: []\n")
+    assert _duration_s(suite, None, 1) == 120 and _duration_s(suite, "90s", 1) == 90   # the option wins
+    with pytest.raises(Exception, match="--repeat"):
+        _duration_s(suite, None, 3)
+    with pytest.raises(Exception, match="--duration"):
+        _duration_s(suite, "forever", 1)
