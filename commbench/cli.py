@@ -72,6 +72,9 @@ def _limits(max_cases: int | None, max_ranks: int | None):
 @click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, metavar="N",
               help="run the suite N times back to back into OUT/repeat-1 ... OUT/repeat-N; "
                    "`compare` reads the folder and tells change from run-to-run noise")
+@click.option("--duration", default=None, metavar="DURATION",
+              help="burn-in: run the suite pass after pass into one run folder until DURATION (8h, 30m, "
+                   "90s) is over, every row stamped with its pass; the same as the suite key `duration`")
 @click.option("--dry-run", is_flag=True, help="validate and print the Cases and launches; run nothing")
 @click.option("--quiet", is_flag=True, help="no live progress display")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -84,7 +87,8 @@ def _limits(max_cases: int | None, max_ranks: int | None):
                    "(commbench's NCCL profiler plugin: kernel_us, channels, algorithm, proxy steps); "
                    "the same as the suite key `profile` (docs/profiling.md)")
 @_limit_options
-def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, dry_run: bool, quiet: bool,
+def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, duration: str | None,
+        dry_run: bool, quiet: bool,
         sets: tuple[str, ...], only: tuple[str, ...], profile: str | None, max_cases: int | None,
         max_ranks: int | None):
     """Run a suite: every Case measured, checked and stored in a run folder."""
@@ -103,6 +107,7 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
     from .launch.extras import require_run_extras
 
     require_run_extras()
+    duration_s = _duration_s(suite, duration, repeat)
     import signal
 
     from .analysis.finish import finish
@@ -111,13 +116,22 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
     def _terminate(signum, frame):  # a batch system's SIGTERM: stop like Ctrl-C
         raise KeyboardInterrupt
 
-    def run_one(suite_path, out_dir, again):
+    def run_one(suite_path, out_dir, again, before_finish=None):
+        def finish_pass(folder, console):
+            before_finish(folder)   # a burn-in stamps the pass's rows before plots and report
+            finish(folder, console)
+
         return run_suite(suite_path, out_dir, resume=again, show_progress=not quiet, overrides=overrides,
-                         force=force, limits=limits, finish=finish)
+                         force=force, limits=limits, finish=finish if before_finish is None else finish_pass)
 
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        if repeat > 1:
+        if duration_s is not None:
+            from .launch.burnin import run_burnin
+
+            burnin_dir, passes = run_burnin(suite, out, duration_s, resume=resume, run_one=run_one)
+            run_dirs = [burnin_dir]
+        elif repeat > 1:
             from .launch.repeat import run_repeats
 
             run_dirs = run_repeats(suite, out, repeat, resume=resume, force=force, run_one=run_one)
@@ -137,6 +151,10 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
     from .world import launcher_rank
 
     code, summary = run_exit_status_all_ranks(run_dirs)
+    if duration_s is not None:
+        from .launch.burnin import burnin_exit_status
+
+        code, summary = burnin_exit_status(run_dirs[0], passes, code, summary)
     for warning in busy_warnings_all_ranks(run_dirs):
         click.echo(f"commbench: warning: {warning}", err=True)
     if launcher_rank() in (None, 0):   # inside an MPI job: one summary, from rank 0
@@ -195,6 +213,24 @@ def nccl_cmd(op: str, quiet: bool, out: Path | None, **options):
         click.echo(f"run folder: {run_dir}")
         click.echo(f"commbench: {summary}")
     sys.exit(code)
+
+
+def _duration_s(suite: Path, duration: str | None, repeat: int) -> float | None:
+    """The burn-in duration in seconds (--duration, else the suite's `duration:`), or None."""
+    from .launch.burnin import suite_duration_s
+    from .units import parse_duration
+
+    if duration is not None:
+        try:
+            seconds = parse_duration(duration)
+        except ValueError as exc:
+            raise CommbenchError(f"--duration: {exc}") from None
+    else:
+        seconds = suite_duration_s(suite)
+    if seconds is not None and repeat > 1:
+        raise CommbenchError("--repeat and a burn-in duration do not go together: a burn-in already runs "
+                             "the suite again and again (into one folder, pass by pass).")
+    return seconds
 
 
 def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:

@@ -47,3 +47,20 @@ def format_size(num_bytes: int) -> str:
         if num_bytes >= factor and num_bytes % factor == 0:
             return f"{num_bytes // factor}{unit}"
     return f"{num_bytes}B"
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*([smhd]?)\s*$")
+
+
+def parse_duration(value) -> float:
+    """Seconds from a duration such as '8h', '30m', '90s', '1.5h' or a bare number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a duration such as '8h', '30m' or '90s', got {preview(value)}")
+    m = _DURATION_RE.match(str(value).lower())
+    if not m:
+        raise ValueError(f"bad duration {preview(value)}: use a number with s, m, h or d (8h, 30m, 90s)")
+    seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+    if seconds <= 0:
+        raise ValueError(f"a duration must be above 0 s, got {preview(value)}")
+    return seconds

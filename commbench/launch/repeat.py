@@ -14,7 +14,7 @@ def repeat_folders(out: Path, n: int) -> list[Path]:
     return [Path(out) / f"{REPEAT_PREFIX}{k}" for k in range(1, n + 1)]
 
 
-def _on_root(fn):
+def on_root(fn):
     """fn() once, on rank 0 of an MPI job (every rank gets its result or the same error), or
     plainly outside one: ranks must not race to look at folders rank 0 is creating."""
     if not inside_mpi_job():
@@ -57,9 +57,9 @@ def run_repeats(suite_path: Path, out: Path | None, n: int, *, resume: bool, for
 
         out = new_run_dir(DEFAULT_RESULTS, load_suite(suite_path).name)
     out = Path(out)
-    _on_root(lambda: _check(out, n, resume))
+    on_root(lambda: _check(out, n, resume))
     done = []
     for folder in repeat_folders(out, n):
-        again = _on_root(lambda f=folder: resume and f.exists() and any(f.iterdir()))
+        again = on_root(lambda f=folder: resume and f.exists() and any(f.iterdir()))
         done.append(Path(run_one(suite_path, folder, again)))
     return done

@@ -12,6 +12,9 @@ COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "d
 # Columns some families add, named in docs/results.md (an acceptance rule may name them: on a
 # run without them it simply matches no rows).
 FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks_per_gpu"]
+# A burn-in (`run --duration`) stamps each row with its pass (1, 2, ...) and the pass's start time
+# once the pass ends; an unstamped row of a burn-in folder belongs to the pass still running.
+PASS_COLUMN, PASS_UTC_COLUMN = "pass", "pass_utc"
 # The parameter columns of run folders whose run.json predates `param_columns` (every family
 # parameter commbench had then): a reader takes those of them the rows hold, and never asks the
 # families, so an old folder reads the same whatever families this commbench has.
@@ -32,7 +35,7 @@ TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_max"]   # lowe
 SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
 STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")
 # Columns a reader turns into numbers (an empty cell becomes NaN).
-NUMERIC = ("size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu", "warmup", "iters",
+NUMERIC = ("pass", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu", "warmup", "iters",
            "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps", "busbw_gbps",
            "wrong")
 # Columns a reader turns into strings (an empty cell becomes "").

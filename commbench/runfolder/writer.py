@@ -25,7 +25,7 @@ from .check import read_meta_text
 from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
 from .recognise import recognise_for_resume, redact_meta
-from .schema import COLUMNS, FINAL_STATUSES, SAMPLE_COLUMNS, SCHEMA_VERSION
+from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA_VERSION
 # A rank that cannot store what it measured ends its launch with this status, and the parent stops
 # the run (the next Cases could not be stored either).
 STORAGE_FULL_EXIT = 75
@@ -235,9 +235,15 @@ class RunFolder:
 
     def done_case_ids(self) -> set[str]:
         """Cases with a final row (any status but a timeout/failure of the whole launch are final),
-        less measured Cases that repair found without samples and not yet measured again."""
+        less measured Cases that repair found without samples and not yet measured again. A row
+        stamped with a burn-in pass belongs to an ended pass: the pass running measures it again."""
         return {r["case_id"] for r in self.latest_rows()
-                if r.get("status") in FINAL_STATUSES and r["case_id"] not in self._unsampled}
+                if r.get("status") in FINAL_STATUSES and r["case_id"] not in self._unsampled
+                and PASS_COLUMN not in r}
+
+    def earlier_pass_case_ids(self) -> set[str]:
+        """Cases with a final row in an ended burn-in pass (their samples are kept)."""
+        return {r["case_id"] for r in self.rows() if PASS_COLUMN in r and r.get("status") in FINAL_STATUSES}
 
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
@@ -269,6 +275,8 @@ class RunFolder:
             data = files.read_bytes(self.path, "samples.csv")
         except FileNotFoundError:
             return 0
+        if case_ids is not None:   # an ended burn-in pass keeps its samples
+            case_ids = set(case_ids) | self.earlier_pass_case_ids()
         kept, dropped = repair.kept_samples(data, case_ids)
         if dropped:
             with _storage(p):

@@ -41,6 +41,7 @@ TOP_KEYS: dict[str, str] = {
     "defaults": "keys applied to every benchmark unless it sets them",
     "benchmarks": "list of benchmarks",
     "rules": "acceptance rules (read by `commbench accept`, ignored by `run`)",
+    "duration": "burn-in: run the suite pass after pass for this long (8h, 30m, 90s; `run --duration`)",
 }
 ALIASES = {"op": "ops", "backend": "backends", "dtype": "dtypes"}
 LARGE_BYTES = 64 * 1024**2

@@ -10,6 +10,9 @@ A rules file (or an acceptance suite with a top-level ``rules:`` list) holds:
         op: ">="                            # >=, <=, within_pct_of
         value: 328                          # for >= and <=
         # pct: 5                            # for within_pct_of (the baseline run comes from --baseline)
+        # drift_pct: 5                      # burn-in: fail a node whose metric sags more than 5% from
+        # spread_pct: 10                    # its first to its last pass, or spreads more than 10%
+        #                                   # across passes (op is then optional)
     localize: {min_excess_pct: 10}          # optional: name slow hosts/ranks from samples
     require_all_ok: true                    # optional: skipped rows fail too
 
@@ -32,7 +35,9 @@ from commbench.units import parse_size
 
 OPERATORS = (">=", "<=", "within_pct_of")
 AGGREGATES = ("min", "median", "max", "mean")
-RULE_KEYS = {"name", "select", "metric", "aggregate", "op", "value", "pct", "min_rows", "two_sided"}
+RULE_KEYS = {"name", "select", "metric", "aggregate", "op", "value", "pct", "min_rows", "two_sided",
+             "drift_pct", "spread_pct"}
+BURNIN_KEYS = ("drift_pct", "spread_pct")   # judged over the passes of a burn-in (accept/drift.py)
 NESTED_KEYS = {"checks", "localize", "require_all_ok"}
 SIZE_COLUMNS = {"size_bytes"}
 # Columns every run has and the family columns docs/results.md names; other columns are
@@ -83,6 +88,8 @@ class Rule:
     two_sided: bool
     source: str  # "file:line" for messages
     lines: dict = field(default_factory=dict, compare=False, hash=False)
+    drift_pct: float | None = None    # burn-in: largest sag from the first to the last pass, percent
+    spread_pct: float | None = None   # burn-in: largest (max - min) / median across passes, percent
 
 
 @dataclass(frozen=True)
@@ -176,7 +183,13 @@ def _rule(raw: Any, path: Path, names: set) -> Rule:
     unknown = sorted(set(map(str, raw)) - RULE_KEYS)
     if unknown:
         raise _fail(path, at(unknown[0]), unknown[0], f"unknown key; allowed: {sorted(RULE_KEYS)}")
-    for key in ("name", "metric", "op"):
+    burnin = {}
+    for key in BURNIN_KEYS:
+        if key in raw:
+            burnin[key] = _size_or_number(key, raw[key], lambda m, k=key: _fail(path, at(k), k, m))
+            if burnin[key] < 0:
+                raise _fail(path, at(key), key, "must be >= 0")
+    for key in ("name", "metric") + (() if burnin else ("op",)):
         if key not in raw:
             raise _fail(path, line, key, "missing")
     name = raw["name"]
@@ -185,8 +198,8 @@ def _rule(raw: Any, path: Path, names: set) -> Rule:
     metric = raw["metric"]
     if not isinstance(metric, str) or not metric:
         raise _fail(path, at("metric"), "metric", "expected a column name such as busbw_gbps")
-    op = raw["op"]
-    if op not in OPERATORS:
+    op = raw.get("op", "")   # "" only with drift_pct / spread_pct: no check on the last pass's rows
+    if op not in OPERATORS and not (burnin and op == ""):
         raise _fail(path, at("op"), "op", f"unknown operator {preview(op)}; use one of {list(OPERATORS)}")
     aggregate = raw.get("aggregate", "min")
     if aggregate not in AGGREGATES:
@@ -196,7 +209,7 @@ def _rule(raw: Any, path: Path, names: set) -> Rule:
         if "value" not in raw:
             raise _fail(path, line, "value", f"operator {op} needs a value")
         value = _size_or_number(metric, raw["value"], lambda m: _fail(path, at("value"), "value", m))
-    else:
+    elif op:   # within_pct_of
         if "pct" not in raw:
             raise _fail(path, line, "pct", "within_pct_of needs pct (allowed change in percent)")
         pct = _size_or_number("pct", raw["pct"], lambda m: _fail(path, at("pct"), "pct", m))
@@ -214,7 +227,7 @@ def _rule(raw: Any, path: Path, names: set) -> Rule:
         lines.update({f"select.{c}": ln for c, ln in raw["select"].key_lines.items()})
     return Rule(name=name, select=_selector(raw.get("select"), path, at("select")), metric=metric,
                 aggregate=aggregate, op=op, value=value, pct=pct, min_rows=min_rows,
-                two_sided=two_sided, source=f"{path}:{line}", lines=lines)
+                two_sided=two_sided, source=f"{path}:{line}", lines=lines, **burnin)
 
 
 def _localize(raw: Any, path: Path, line: int) -> LocalizeSettings | None:

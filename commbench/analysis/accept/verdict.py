@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .drift import burnin_checks
 from .localize import blame_pairs, host_outliers, slow_from_samples
 from .pairs import as_findings, compare_pairs, pair_key, slow_pair_reasons
 from .rules import Rule, RuleSet, check_columns, metric_unit, with_derived_columns
@@ -224,7 +225,7 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
             wrong = (pd.to_numeric(rows["wrong"], errors="coerce").fillna(0) if "wrong" in rows
                      else pd.Series(0, index=rows.index))
             rows_ok = rows["status"].eq("ok").all() and not (wrong > 0).any()
-            verdicts = [evaluate_rule(r, sub, baseline) for r in ruleset.rules if not select(rows, r).empty]
+            verdicts = [evaluate_rule(r, sub, baseline) for r in ruleset.rules if r.op and not select(rows, r).empty]
             key = pair_key(hosts)
             passed[key] = bool(rows_ok and all(v.passed for v in verdicts))
             if not rows_ok:
@@ -264,7 +265,8 @@ def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[l
     """All verdicts for a run (rules, bad rows, slow nodes) and the localisation table."""
     run, baseline = with_derived_columns(run, ruleset), with_derived_columns(baseline, ruleset)
     check_columns(ruleset, run.results.columns)
-    verdicts = [evaluate_rule(rule, run, baseline) for rule in ruleset.rules]
+    verdicts = [evaluate_rule(rule, run, baseline) for rule in ruleset.rules if rule.op]
+    verdicts += [Verdict(kind="rule", **c) for c in burnin_checks(run, ruleset.rules, select)]
     verdicts += row_verdicts(run, ruleset.require_all_ok)
     nodes, findings = node_verdicts(run, ruleset)
     nodes += placement_verdicts(run, ruleset, baseline)
