@@ -35,7 +35,8 @@ TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_max"]   # lowe
 SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
 STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")
 # Columns a reader turns into numbers (an empty cell becomes NaN).
-NUMERIC = ("pass", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu", "warmup", "iters",
+NUMERIC = ("pass", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu",
+           "warmup", "iters",
            "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps", "busbw_gbps",
            "wrong")
 # Columns a reader turns into strings (an empty cell becomes "").

@@ -243,7 +243,8 @@ def test_a_failure_in_an_earlier_pass_fails_the_burnin(tmp_path):
     (check,) = burnin_checks(_run_of(out), [], select)   # accept says so too, naming the pass
     assert not check["passed"] and check["reason"].startswith("first in pass 1 on ")
     (out / "results.jsonl").write_text(json.dumps(rows[1]) + "\n")
-    assert burnin_exit_status(out, 2, 0, "1 ok -> exit 0") == (0, "1 ok in the last pass; 2 pass(es) this call -> exit 0")
+    assert burnin_exit_status(out, 2, 0, "1 ok -> exit 0") == (
+        0, "1 ok in the last pass; 2 pass(es) this call -> exit 0")
     (check,) = burnin_checks(_run_of(out), [], select)
     assert check["passed"] and check["check"] == "burn-in: every pass's rows"
 
