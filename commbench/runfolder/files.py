@@ -187,22 +187,15 @@ def make_dirs(folder, rel) -> None:
     """Create the directories FOLDER/REL (those missing), no link followed below ``folder``:
     LinkRefused for a link in the way, an OSError for a file there or a folder that cannot grow."""
     parts = safe_relpath(rel)
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for i, part in enumerate(parts):
-            try:
-                os.mkdir(part, 0o755, dir_fd=dfd)
-            except FileExistsError:
-                pass
-            try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-            except OSError as exc:
-                _refuse_link(dfd, part, Path(folder, *parts[:i + 1]), exc)
-                raise
+    for i, part in enumerate(parts):
+        dfd = _open_dir(folder, parts[:i])   # refuses a link at any level above
+        try:
+            os.mkdir(part, 0o755, dir_fd=dfd)
+        except FileExistsError:
+            pass
+        finally:
             os.close(dfd)
-            dfd = nfd
-    finally:
-        os.close(dfd)
+    os.close(_open_dir(folder, parts))   # and a link (or a file) where the last one should be
 
 
 def list_files(folder, rel, suffix: str = "") -> list[str]:
