@@ -24,8 +24,9 @@ import socket  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from .families.base import Case  # noqa: E402
+from .errors import CommbenchError  # noqa: E402
 from .launch.lifeline import watch_parent  # noqa: E402
+from .launch.plan_env import rebuilt_case  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
 from .runner import Progress, run_cases  # noqa: E402
 from .safety import active_kill_switches  # noqa: E402
@@ -37,8 +38,12 @@ def main(argv: list[str]) -> int:
     run_dir, task_path = Path(argv[0]), Path(argv[1])
     task = json.loads(task_path.read_text())
     plan = json.loads((run_dir / "plan.json").read_text())
-    by_id = {c["case_id"]: Case.from_json(c["case"]) for c in plan["cases"]}
-    cases = [by_id[cid] for cid in task["case_ids"]]
+    by_id = {c["case_id"]: c for c in plan["cases"]}
+    try:   # withheld secret values come from this rank's environment (the launch's), never from disk
+        cases = [rebuilt_case(by_id[cid], os.environ) for cid in task["case_ids"]]
+    except CommbenchError as exc:
+        print(f"commbench: {exc}", file=sys.stderr)
+        return 3
     world = build_world()
     _arm_stack_dump(run_dir, task["launch_id"], world.rank)
     if world.size != task["ranks"]:

@@ -55,11 +55,6 @@ def _agree(world: World, fn, undo=None):
     return result
 
 
-def select_device(world: World, cases: list[Case]) -> str:
-    """Bind this rank to local GPU (local_rank mod GPUs) when any Case needs one (a collective)."""
-    return bind_device(world, cases).device
-
-
 def bind_device(world: World, cases: list[Case]) -> device_binding.Binding:
     """The rank's GPU binding; ranks that share a GPU get their own NCCL host identity (a collective)."""
     return device_binding.bind(world, any(get_family(c.family).needs_gpu for c in cases))

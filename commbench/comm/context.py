@@ -19,7 +19,6 @@ class RankContext:
     ranks_per_gpu: int | None = None  # most ranks bound to one GPU in the launch (> 1: shared)
     cache: dict = field(default_factory=dict)
     closers: list[Callable[[], None]] = field(default_factory=list)
-    launch_env: dict = field(default_factory=dict)
 
     def on_close(self, fn: Callable[[], None]) -> None:
         self.closers.append(fn)

@@ -13,6 +13,7 @@ from ..families.base import Case
 from ..runfolder import RunFolder, RunFolderError, RunFolderExists, case_row, new_run_dir, read_meta
 from ..runfolder.writer import atomic_write, folder_name_part
 from ..suite import Suite
+from .plan_env import stored_case, stored_env
 
 DEFAULT_RESULTS = Path("results")
 
@@ -64,9 +65,9 @@ def write_plan(folder: RunFolder, suite: Suite, *, resume: bool = False) -> None
     copy = folder.path / "suite.yaml"
     if not (copy.exists() and os.path.samefile(suite.path, copy)):   # `--resume RUN/suite.yaml`
         atomic_write(copy, Path(suite.path).read_bytes())
-    cases = {c.case_id: c.to_json() for c in suite.cases}
+    cases = {c.case_id: stored_case(c) for c in suite.cases}   # secret env values withheld (plan_env)
     launches = {l.launch_id: {"launch_id": l.launch_id, "ranks": l.ranks, "ranks_per_node": l.ranks_per_node,
-                              "env": dict(l.env), "variant": l.variant, "case_ids": list(l.case_ids),
+                              "env": dict(stored_env(l.env)), "variant": l.variant, "case_ids": list(l.case_ids),
                               "hosts": list(l.hosts), "nccl_profile": l.nccl_profile}
                 for l in suite.launches}
     path = folder.path / "plan.json"

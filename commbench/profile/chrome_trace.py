@@ -20,9 +20,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..errors import CommbenchError
+from ..errors import CommbenchError, RunFolderError
 from . import nccl_plugin, nccl_records
-from ..runfolder import check, timeline_files
+from ..runfolder import check, timeline_files, trace_files
 
 TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
 
@@ -230,33 +230,39 @@ def write_case_traces(run_dir: Path, case_ids: list[str] | None = None, out: Pat
         except OSError as exc:
             raise TraceWriteError(f"cannot create {Path(out).parent}: {exc.strerror or exc}") from None
         return [_write_json(Path(out), docs[0][1])]
-    folder = _chrome_folder(run_dir)
-    return [_write_json(folder / f"{cid}.json", doc) for cid, doc in docs]
+    return [_store(run_dir, cid, doc) for cid, doc in docs]
 
 
-def _chrome_folder(run_dir: Path) -> Path:
-    """RUN/traces/chrome, made if missing; refused when a link (or anything) leads it out of RUN."""
-    folder = run_dir / "traces" / "chrome"
-    for part in (run_dir / "traces", folder):
-        if os.path.islink(part) or (os.path.lexists(part) and not part.is_dir()):
-            raise TraceWriteError(f"{part}: not a folder of the run (a link or a file is there): no trace "
-                                  f"is written through it")
-        try:
-            part.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise TraceWriteError(f"cannot create {part}: {exc.strerror or exc}") from None
-    if not folder.resolve().is_relative_to(run_dir.resolve()):
-        raise TraceWriteError(f"{folder}: lies outside the run folder {run_dir}: refused")
-    return folder
+def _store(run_dir: Path, case_id: str, doc: dict) -> Path:
+    """RUN/traces/chrome/<case_id>.json through the run folder's files (no link followed, a twin
+    renamed over it); a full or read-only disk or a link in the way is a TraceWriteError."""
+    path = run_dir / "traces" / "chrome" / f"{case_id}.json"
+    data = _encode(path, doc)
+    try:
+        return trace_files.write_chrome(run_dir, case_id, data)
+    except RunFolderError as exc:
+        raise TraceWriteError(f"{exc}: no trace is written through it") from None
+    except OSError as exc:
+        raise TraceWriteError(_cannot_write(path, exc)) from None
+
+
+def _encode(path: Path, doc: dict) -> bytes:
+    try:
+        return json.dumps(doc, allow_nan=False).encode()
+    except ValueError:   # the readers refuse nan; this is the last guard against bare NaN in the JSON
+        raise TraceDataError(f"{path}: the trace holds a non-finite number; nothing written") from None
+
+
+def _cannot_write(path: Path, exc: OSError) -> str:
+    full = " (the disk or quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"cannot write {path}: {exc.strerror or exc}{full}; no trace file was left there"
 
 
 def _write_json(path: Path, doc: dict) -> Path:
-    """Write ``doc`` to a temporary file beside ``path``, then rename it over ``path``: a link
-    planted at ``path`` is replaced, never followed, and a full disk leaves no cut file."""
-    try:
-        data = json.dumps(doc, allow_nan=False).encode()
-    except ValueError:   # the readers refuse nan; this is the last guard against bare NaN in the JSON
-        raise TraceDataError(f"{path}: the trace holds a non-finite number; nothing written") from None
+    """Write ``doc`` (the file `--output` names, outside the run folder) to a temporary file beside
+    ``path``, then rename it over ``path``: a link planted at ``path`` is replaced, never followed,
+    and a full disk leaves no cut file."""
+    data = _encode(path, doc)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
@@ -268,9 +274,7 @@ def _write_json(path: Path, doc: dict) -> Path:
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:
-        full = " (the disk or quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-        raise TraceWriteError(f"cannot write {path}: {exc.strerror or exc}{full}; no trace file was left "
-                              f"there") from None
+        raise TraceWriteError(_cannot_write(path, exc)) from None
     finally:
         if tmp is not None:
             try:

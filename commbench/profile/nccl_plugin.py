@@ -38,8 +38,9 @@ def launch_env(run_dir: Path) -> dict[str, str]:
         lib = build()
     except JitError as exc:
         return {ENV_UNAVAILABLE: "NCCL profiler plugin not built: " + str(exc).splitlines()[0][:300]}
-    out = traces_dir(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from ..runfolder import trace_files
+
+    out = trace_files.nccl_dir(run_dir)   # the plugin (C) writes its own files into it
     return {PLUGIN_ENV: str(lib), ENV_DIR: str(out)}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runfolder import timeline_files
+from ..runfolder import timeline_files, trace_files
 from . import chrome_trace
 
 MAX_CASES = 4
@@ -91,6 +91,6 @@ def trace_links(run) -> list[tuple[str, str, str]]:
     if "trace" in df.columns:
         for r in df[df["trace"].fillna("").astype(str) != ""].itertuples():
             out.append((str(r.case_id), "torch (Kineto)", str(r.trace)))
-    for path in sorted((run.path / "traces" / "chrome").glob("*.json")):
-        out.append((path.stem, "merged Chrome", str(path.relative_to(run.path))))
+    for case_id in trace_files.chrome_traces(run.path):
+        out.append((case_id, "merged Chrome", trace_files.chrome_rel(case_id)))
     return out

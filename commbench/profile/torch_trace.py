@@ -13,20 +13,17 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-
-def trace_path(run_dir: Path, case_id: str, rank: int) -> Path:
-    return Path(run_dir) / "traces" / "torch" / f"{case_id}-rank{rank}.json"
+from ..runfolder import trace_files
 
 
 class TorchCapture:
     """Wraps one timed batch of one rank in torch.profiler and writes its trace."""
 
     def __init__(self, run_dir: Path, case_id: str, rank: int, device: str, label: str):
-        self.path = trace_path(run_dir, case_id, rank)
-        self.run_dir = Path(run_dir)
+        self.run_dir, self.case_id, self.rank = Path(run_dir), case_id, rank
+        self.rel = ""   # the trace's path inside the run folder, once written
         self.device, self.label = device, label
         self.note = ""
-        self.written = False
 
     @contextmanager
     def batch(self):
@@ -60,12 +57,9 @@ class TorchCapture:
     def _finish(self, prof) -> None:
         try:
             prof.__exit__(None, None, None)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            prof.export_chrome_trace(str(self.path))
-            self.written = True
+            self.rel = trace_files.write_torch(self.run_dir, self.case_id, self.rank, prof.export_chrome_trace)
         except Exception as exc:  # noqa: BLE001 - a lost trace must not lose the row
             self.note = f"torch trace not written: {type(exc).__name__}: {exc}"
 
     def result(self) -> dict:
-        rel = str(self.path.relative_to(self.run_dir)) if self.written else ""
-        return {"trace": rel, "note": self.note}
+        return {"trace": self.rel, "note": self.note}

@@ -147,35 +147,69 @@ def append(folder, rel, data: bytes) -> None:
 
 
 def write_atomic(folder, rel, data: bytes) -> None:
+    """Replace FOLDER/REL as a whole (``replace_whole``); a full or read-only disk is named."""
+    with storage(Path(folder, *safe_relpath(rel))):
+        replace_whole(folder, rel, data)
+
+
+def replace_whole(folder, rel, data: bytes) -> None:
     """Replace FOLDER/REL as a whole: a temporary twin beside it, fsynced, then renamed over it.
-    The twin never outlives a failure; a link at the target is replaced, never followed."""
+    The twin never outlives a failure; a link at the target is replaced, never followed. An OSError
+    is left to the caller (``write_atomic`` names a full disk the way a run reports it)."""
     parts = safe_relpath(rel)
-    path = Path(folder, *parts)
     tmp = f".{parts[-1]}.tmp"
-    with storage(path):
-        dfd = _open_dir(folder, parts[:-1])
+    dfd = _open_dir(folder, parts[:-1])
+    try:
         try:
+            os.unlink(tmp, dir_fd=dfd)   # a twin left by a crash (or a link planted there)
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dfd)
             try:
-                os.unlink(tmp, dir_fd=dfd)   # a twin left by a crash (or a link planted there)
-            except FileNotFoundError:
-                pass
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError:
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                             dir_fd=dfd)
-                try:
-                    _write_all(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.unlink(tmp, dir_fd=dfd)
             except OSError:
-                try:
-                    os.unlink(tmp, dir_fd=dfd)
-                except OSError:
-                    pass
-                raise
+                pass
+            raise
+    finally:
+        os.close(dfd)
+
+
+def make_dirs(folder, rel) -> None:
+    """Create the directories FOLDER/REL (those missing), no link followed below ``folder``:
+    LinkRefused for a link in the way, an OSError for a file there or a folder that cannot grow."""
+    parts = safe_relpath(rel)
+    for i, part in enumerate(parts):
+        dfd = _open_dir(folder, parts[:i])   # refuses a link at any level above
+        try:
+            os.mkdir(part, 0o755, dir_fd=dfd)
+        except FileExistsError:
+            pass
         finally:
             os.close(dfd)
+    os.close(_open_dir(folder, parts))   # and a link (or a file) where the last one should be
+
+
+def list_files(folder, rel, suffix: str = "") -> list[str]:
+    """Names of the regular files in the directory FOLDER/REL ending in ``suffix``, sorted (none when
+    it is absent); links and anything else are left out, never followed."""
+    try:
+        dfd = open_fd(folder, rel, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return []
+    try:
+        return sorted(e.name for e in os.scandir(dfd)
+                      if e.name.endswith(suffix) and e.is_file(follow_symlinks=False))
+    finally:
+        os.close(dfd)
 
 
 def truncate(folder, rel, size: int) -> None:

@@ -23,8 +23,10 @@ import os
 from pathlib import Path
 
 from ..errors import RunFolderError, preview
-from . import check
+from . import check, files
 
+TIMELINE = "timeline.csv"
+CASES = "traces/cases.jsonl"
 TIMELINE_COLUMNS = ["case_id", "rank", "host", "iteration", "start_us", "end_us", "source", "kernel_us"]
 # A case id becomes traces/chrome/<id>.json: within one file-name component (255 bytes).
 CASE_ID_MAX_BYTES = 200
@@ -45,41 +47,40 @@ def case_id_problem(case_id) -> str | None:
     return None
 
 
-def _drop_cut_line(path: Path) -> None:
+def _drop_cut_line(run_dir: Path, rel: str) -> None:
     """A write cut by a crash or a full disk leaves a last line without its newline: drop that
     part line, so the next append starts a line of its own (the Case it belonged to reruns)."""
-    if not path.exists() or path.stat().st_size == 0:
+    st = files.lstat(run_dir, rel)
+    if st is None or st.st_size == 0:
         return
-    with open(path, "rb+") as fh:
-        fh.seek(-1, os.SEEK_END)
-        if fh.read(1) == b"\n":
+    fd = files.open_fd(run_dir, rel, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if os.pread(fd, 1, st.st_size - 1) == b"\n":
             return
-        fh.seek(0)
-        data = fh.read()
-        fh.truncate(data.rfind(b"\n") + 1)
+    finally:
+        os.close(fd)
+    data = files.read_bytes(run_dir, rel)
+    files.truncate(run_dir, rel, data.rfind(b"\n") + 1)
 
 
 def append_timeline(run_dir: Path, rows: list[dict]) -> None:
     if not rows:
         return
-    path = Path(run_dir) / "timeline.csv"
-    _drop_cut_line(path)
-    new = not path.exists() or path.stat().st_size == 0
-    with open(path, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=TIMELINE_COLUMNS, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        w.writerows(rows)
-        fh.flush()
-        os.fsync(fh.fileno())
+    _drop_cut_line(run_dir, TIMELINE)
+    st = files.lstat(run_dir, TIMELINE)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=TIMELINE_COLUMNS, extrasaction="ignore")
+    if st is None or st.st_size == 0:
+        w.writeheader()
+    w.writerows(rows)
+    files.append(run_dir, TIMELINE, buf.getvalue().encode())
 
 
 def append_case_line(run_dir: Path, line: dict) -> None:
-    path = Path(run_dir) / "traces" / "cases.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _drop_cut_line(path)
-    with open(path, "a") as fh:
-        fh.write(json.dumps(line) + "\n")
+    with files.storage(Path(run_dir) / CASES):
+        files.make_dirs(run_dir, "traces")
+    _drop_cut_line(run_dir, CASES)
+    files.append(run_dir, CASES, (json.dumps(line) + "\n").encode())
 
 
 def load_timeline(run_dir: Path):
@@ -87,8 +88,8 @@ def load_timeline(run_dir: Path):
     import numpy as np
     import pandas as pd
 
-    path = Path(run_dir) / "timeline.csv"
-    if not os.path.lexists(path):
+    path = Path(run_dir) / TIMELINE
+    if files.lstat(run_dir, TIMELINE) is None:
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
     text = _read(path)
     lines = check.scan_csv(path, text, ("case_id", "rank", "iteration", "start_us", "end_us"))
@@ -121,9 +122,9 @@ def load_timeline(run_dir: Path):
 
 def load_case_lines(run_dir: Path) -> dict[str, dict]:
     """case_id -> its last line (a rerun replaces an earlier one); every line checked."""
-    path = Path(run_dir) / "traces" / "cases.jsonl"
+    path = Path(run_dir) / CASES
     out: dict[str, dict] = {}
-    if not os.path.lexists(path):
+    if files.lstat(run_dir, CASES) is None:
         return out
     text = _read(path)
     if text and not text.endswith("\n"):
@@ -143,10 +144,11 @@ def load_case_lines(run_dir: Path) -> dict[str, dict]:
 
 
 def _read(path: Path) -> str:
-    """A run-folder file of this module's, bounded and strict (no symlink followed)."""
-    if os.path.islink(path) or not path.is_file():
-        raise RunFolderError(f"{path}: not a regular file (a link or something else was put there): refused")
-    return check.read_text(path)
+    """A run-folder file of this module's, bounded and strict, read through files.py (no link followed)."""
+    try:
+        return check.read_text(path)
+    except files.LinkRefused as exc:
+        raise RunFolderError(f"{path}: not a regular file (a link was put there): refused ({exc})") from None
 
 
 def _int_field(d: dict, key: str, where: str, lo: int, hi: int, *, optional: bool = False):

@@ -15,12 +15,15 @@ import csv
 import io
 import json
 import os
-from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import RunFolderError, StorageFull
+from ..errors import RunFolderError
 from . import files, repair
+from .folder_io import FOLDER_FILES, atomic_write, storage_marks, truncate_to  # noqa: F401 (callers import them here)
+from .folder_io import all_or_nothing as _all_or_nothing, append as _append, csv_header as _csv_header
+from .folder_io import cut_back as _cut_back, ends_with_newline as _ends_with_newline
+from .folder_io import open_rb as _open_rb, parse_line as _parse_line, size_of as _size
+from .names import folder_name_part, new_run_dir, utc_stamp  # noqa: F401 (callers import them here)
 from .check import read_meta_text
 from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
@@ -29,41 +32,10 @@ from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA
 # A rank that cannot store what it measured ends its launch with this status, and the parent stops
 # the run (the next Cases could not be stored either).
 STORAGE_FULL_EXIT = 75
-FOLDER_FILES = ("results.jsonl", "samples.csv")   # what rank 0 appends during a launch
+
 
 class RunFolderExists(FileExistsError):
     pass
-
-
-def utc_stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-NAME_PART_BYTES = 200   # a file name holds 255 bytes: room for the time stamp and a "-N" suffix
-
-
-def folder_name_part(suite_name: str) -> str:
-    """The suite name as it appears in run folder names: letters, digits, - _ . (at most 80
-    characters and NAME_PART_BYTES bytes of UTF-8, cut between characters)."""
-    part = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in suite_name)[:80]
-    return part.encode("utf-8")[:NAME_PART_BYTES].decode("utf-8", "ignore")
-
-
-def new_run_dir(base: Path, suite_name: str) -> Path:
-    safe = folder_name_part(suite_name)
-    stamp, n = utc_stamp(), 1
-    try:
-        Path(base).mkdir(parents=True, exist_ok=True)
-        while True:
-            path = Path(base) / (f"{stamp}-{safe}" if n == 1 else f"{stamp}-{safe}-{n}")
-            try:
-                path.mkdir()  # atomic claim: two runs started in the same second get different folders
-                return path
-            except FileExistsError:
-                n += 1
-    except OSError as exc:
-        raise RunFolderError(f"cannot create a run folder under {base}: {exc.strerror or exc} "
-                             f"(choose a folder with --out)") from None
 
 
 class RunFolder:
@@ -322,16 +294,6 @@ def read_meta(path) -> dict:
     return read_meta_text(meta_path)
 
 
-def _csv_header(path: Path) -> list[str] | None:
-    """The header of a CSV file, or None when it does not exist or is empty."""
-    try:
-        fh = _open_rb(path)
-    except FileNotFoundError:
-        return None
-    with io.TextIOWrapper(fh, newline="") as text:
-        return next(csv.reader(text), None)
-
-
 def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
     """Rewrite a CSV under a wider header (new cells empty), atomically."""
     text = files.read_bytes(path.parent, path.name).decode("utf-8", "replace")
@@ -341,83 +303,6 @@ def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write(path, buf.getvalue().encode())
-
-
-def _parse_line(line: bytes) -> dict | None:
-    """A row, or None for a line that is not one: cut by a crash mid-write (the Case reruns on
-    --resume), or valid JSON that is not an object with a case id."""
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return row if isinstance(row, dict) and isinstance(row.get("case_id"), str) else None
-
-
-def storage_marks(folder: Path) -> dict[str, int]:
-    """Lengths of the files rank 0 appends to, to cut back to with ``truncate_to``."""
-    return {name: _size(Path(folder) / name) or 0 for name in FOLDER_FILES}
-
-
-def truncate_to(folder: Path, marks: dict[str, int]) -> None:
-    """Drop what was appended after ``marks`` (the launch that wrote it is dead)."""
-    for name, size in marks.items():
-        _cut_back(Path(folder) / name, size)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a whole file through a temporary twin and a rename; the twin never outlives a failure
-    and a link at ``path`` is replaced, never written through."""
-    files.write_atomic(Path(path).parent, Path(path).name, data)
-
-
-def _append(path: Path, data: bytes) -> None:
-    files.append(path.parent, path.name, data)
-
-
-def _open_rb(path: Path):
-    """``path`` open for binary reading, no link followed (FileNotFoundError when absent)."""
-    return os.fdopen(files.open_fd(path.parent, path.name, os.O_RDONLY | os.O_NONBLOCK), "rb")
-
-
-def _size(path: Path) -> int | None:
-    """The length of ``path`` (None when absent; a link is refused)."""
-    st = files.lstat(path.parent, path.name)
-    return None if st is None else st.st_size
-
-
-@contextmanager
-def _all_or_nothing(path: Path):
-    """Appends inside are undone (the file cut back to its length before) if any of them fails;
-    a full disk becomes StorageFull."""
-    size = _size(path)
-    try:
-        with _storage(path):
-            yield
-    except (OSError, StorageFull):
-        _cut_back(path, size)
-        raise
-
-
-def _cut_back(path: Path, size: int | None) -> None:
-    try:
-        if size is None:
-            files.unlink(path.parent, path.name)
-        elif (_size(path) or 0) > size:
-            files.truncate(path.parent, path.name, size)   # frees space: works on a full disk
-    except (OSError, RunFolderError):
-        pass   # best effort; the reader refuses what is left cut
-
-
-def _ends_with_newline(path: Path) -> bool:
-    try:
-        with _open_rb(path) as fh:
-            fh.seek(-1, os.SEEK_END)
-            return fh.read(1) == b"\n"
-    except OSError:   # missing or empty
-        return False
 
 
 def _csv_cells(row: dict, columns: list[str]) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import __version__
-from ..safety import active_kill_switches
+from ..safety import held_switches
 from . import links as link_probe
 
 ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "CUDA_", "UCX_", "OMPI_MCA_", "TORCH_", "COMMBENCH_")
@@ -356,5 +356,5 @@ def collect(*, probe_gpu: bool = True) -> dict[str, Any]:
             "cupy": _dist_version("cupy-cuda13x", "cupy-cuda12x", "cupy"),
             "cuda_core": _dist_version("cuda-core"),
             "cuda_bindings": _dist_version("cuda-bindings", "cuda-python"),
-            "kill_switches": active_kill_switches(),
+            "kill_switches": held_switches(),   # the C environment NCCL and NVSHMEM read
         }

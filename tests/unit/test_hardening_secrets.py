@@ -6,10 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
 from commbench.sysinfo.machine import filtered_env, withheld_env
+from tests.conftest import needs_mpi
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {"TORCH_HUB_TOKEN": "hf_s3cr3t", "COMMBENCH_API_TOKEN": "tok-s3cr3t", "CUDA_PASSWORD": "pw-s3cr3t",
@@ -144,3 +146,43 @@ def test_an_imported_environment_withholds_secrets_in_run_json_and_the_kept_log(
         assert "s3cr3t" not in text and "sesame" not in text and TOKEN not in text, path
     meta = json.loads((out / "run.json").read_text())
     assert {*NAMED, "NCCL_IB_LABEL"} <= set(meta["env_withheld"]) and meta["env"]["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_plan_json_withholds_secret_env_values_and_a_rank_restores_them(tmp_path):
+    """plan.json (which the ranks read) never holds a secret value; a rank rebuilds the Case from
+    its own environment, and a rank without the value refuses the Case by name."""
+    from commbench.errors import CommbenchError
+    from commbench.launch.plan_env import rebuilt_case
+    from commbench.launch.prepare import write_plan
+    from commbench.runfolder import RunFolder
+    from commbench.suite import load_suite
+
+    p = tmp_path / "s.yaml"
+    p.write_text("name: s\nbenchmarks:\n  - name: a\n    family: harness\n    ops: [barrier]\n    sizes: [8B]\n"
+                 f"    env: {{COMMBENCH_SUITE_TOKEN: t-s3cr3t, NCCL_IB_LABEL: {TOKEN}, NCCL_ALGO: Ring}}\n")
+    suite = load_suite(p, gpu_count=0)
+    folder = RunFolder(tmp_path / "run")
+    folder.create(resume=False)
+    write_plan(folder, suite)
+    text = (tmp_path / "run" / "plan.json").read_text()
+    assert "s3cr3t" not in text and TOKEN not in text and "Ring" in text
+    entry = json.loads(text)["cases"][0]
+    real = {"COMMBENCH_SUITE_TOKEN": "t-s3cr3t", "NCCL_IB_LABEL": TOKEN}
+    assert rebuilt_case(entry, real) == suite.cases[0]
+    with pytest.raises(CommbenchError, match="COMMBENCH_SUITE_TOKEN"):
+        rebuilt_case(entry, {**real, "COMMBENCH_SUITE_TOKEN": "other"})
+
+
+@needs_mpi
+def test_a_run_with_a_secret_suite_env_measures_and_stores_no_secret(tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\ndefaults: {ranks: 2, warmup: 1, iters: 2, timeout_s: 60, sizes: [64B]}\n"
+                     "benchmarks:\n  - name: a\n    family: collectives\n    backends: [gloo]\n"
+                     "    ops: [all_reduce]\n    env: {COMMBENCH_SUITE_TOKEN: t-s3cr3t}\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert rows and all(r["status"] == "ok" for r in rows), rows
+    for name in ("plan.json", "run.json", "results.jsonl", "results.csv"):
+        assert "s3cr3t" not in (out / name).read_text(), name

@@ -138,7 +138,7 @@ def test_no_bare_nan_reaches_the_json(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("err, where", [(errno.ENOSPC, "fsync"), (errno.EROFS, "mkstemp")])
+@pytest.mark.parametrize("err, where", [(errno.ENOSPC, "fsync"), (errno.EROFS, "replace")])
 def test_a_full_or_read_only_folder_is_named_and_leaves_no_file(tmp_path, monkeypatch, err, where):
     run = _run(tmp_path)
 
@@ -147,8 +147,8 @@ def test_a_full_or_read_only_folder_is_named_and_leaves_no_file(tmp_path, monkey
 
     if where == "fsync":
         monkeypatch.setattr(chrome_trace.os, "fsync", fail)
-    else:
-        monkeypatch.setattr(chrome_trace.tempfile, "mkstemp", fail)
+    else:   # the twin is written, its rename over the trace is refused
+        monkeypatch.setattr(chrome_trace.os, "replace", fail)
     code, out = _trace(run)
     assert code == 1 and "c0.json" in out and os.strerror(err) in out, out
     _no_files_left(run)

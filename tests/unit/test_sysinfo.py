@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -306,3 +307,18 @@ def test_a_repeat_does_not_count_its_own_previous_repeat_as_load(monkeypatch):
     assert load.busy_reasons({"before": first, "own_ranks": 2})                 # a stranger's load
     second["own_previous_s"] = 600.0                                             # long gone: not ours
     assert load.busy_reasons({"before": second, "own_ranks": 2})
+
+
+def test_kill_switches_read_from_the_c_environment(monkeypatch, no_gpu):
+    """A switch set through libc setenv (as a C library would) is what NCCL honours: run.json says so."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    for k in ("NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS", "TORCH_SYMM_MEM_DISABLE_MULTICAST"):
+        monkeypatch.delenv(k, raising=False)
+    libc.setenv(b"NCCL_NVLS_ENABLE", b"0", 1)
+    try:
+        assert "NCCL_NVLS_ENABLE" not in os.environ
+        assert sysinfo.collect(probe_gpu=False)["kill_switches"] == {"NCCL_NVLS_ENABLE": "0"}
+    finally:
+        libc.unsetenv(b"NCCL_NVLS_ENABLE")

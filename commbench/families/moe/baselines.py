@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...measure.state import CaseState
-from . import reference as ref
+from . import a2a_exchange, reference as ref
 from .problem import Problem
 
 COMBINE_RTOL = 2.0 ** -7
@@ -104,34 +104,20 @@ class BaselineState(CaseState):
                 self.combine()   # round_trip: over the expert outputs made at set-up
 
     def dispatch(self) -> None:
-        d = self.dist
         if self.kind == "nccl_agrs":
-            d.all_gather_into_tensor(self.gathered, self.rows, group=self.group)
+            self.dist.all_gather_into_tensor(self.gathered, self.rows, group=self.group)
             torch.index_select(self.gathered, 0, self.mine, out=self.recv)
             return
-        torch.index_select(self.rows, 0, self.send_idx, out=self.sendbuf)
-        if self.kind == "symm_a2av":
-            self.symm.dispatch()
-            return
-        d.all_to_all_single(self.recv, self.sendbuf, self.out_splits, self.in_splits,
-                            group=self.group)
+        a2a_exchange.dispatch(self)
 
     def combine(self) -> None:
-        d = self.dist
         if self.kind == "nccl_agrs":
             # FP32 partial sums: BF16 partials summed over many ranks miss the 5e-6 threshold.
             self.partial.index_copy_(0, self.mine, self.y.float() * self.my_w.unsqueeze(1))
-            d.reduce_scatter_tensor(self.acc, self.partial, group=self.group)
+            self.dist.reduce_scatter_tensor(self.acc, self.partial, group=self.group)
             self.out.copy_(self.acc)
             return
-        if self.kind == "symm_a2av":
-            self.symm.combine()
-        else:
-            d.all_to_all_single(self.back, self.y, self.in_splits, self.out_splits,
-                                group=self.group)
-        self.acc.zero_()
-        self.acc.index_add_(0, self.send_idx, self.back.float() * self.send_w.unsqueeze(1))
-        self.out.copy_(self.acc)
+        a2a_exchange.combine(self, self.send_w)
 
     def check(self) -> int:
         p = self.p

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from . import reference as ref
+from . import a2a_exchange, reference as ref
 from .expert_pack import RowsIn, RowsOut
 from .problem import Problem
 
@@ -90,31 +90,17 @@ class NcclComm:
         self.sink = RowsOut(self.y.data_ptr(), H)
 
     def dispatch(self) -> None:
-        d = self.dist
         if self.kind == "nccl_agrs":
-            d.all_gather_into_tensor(self.recv, self.rows, group=self.group)
+            self.dist.all_gather_into_tensor(self.recv, self.rows, group=self.group)
             return
-        torch.index_select(self.rows, 0, self.send_idx, out=self.sendbuf)
-        if self.kind == "symm_a2av":
-            self.symm.dispatch()
-        else:
-            d.all_to_all_single(self.recv, self.sendbuf, self.out_splits, self.in_splits,
-                                group=self.group)
+        a2a_exchange.dispatch(self)
 
     def combine(self) -> None:
-        d = self.dist
         if self.kind == "nccl_agrs":
             # BF16 partial sums, as vLLM's reduce-scatter does
-            d.reduce_scatter_tensor(self.out, self.y, group=self.group)
+            self.dist.reduce_scatter_tensor(self.out, self.y, group=self.group)
             return
-        if self.kind == "symm_a2av":
-            self.symm.combine()
-        else:
-            d.all_to_all_single(self.back, self.y, self.in_splits, self.out_splits,
-                                group=self.group)
-        self.acc.zero_()
-        self.acc.index_add_(0, self.send_idx, self.back.float())
-        self.out.copy_(self.acc)
+        a2a_exchange.combine(self)
 
     def failed(self) -> str:
         return ""

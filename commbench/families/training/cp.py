@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from .attention import attend_chunks, attend_chunks_backward
 from .cp_layout import CpLayout
-from .layer import Weights, backward, forward, full_layer_flat, layer_forward, split_flat
+from .layer import Weights, full_layer_flat, layer_forward, split_flat
 from .numerics import Tally
 from .reference import full_params, run_model
+from .layer_loop import layers_step
 from .schedule import Schedule
 
 KV_TAG, DKV_TAG = 1, 2
@@ -173,21 +174,11 @@ class CpSchedule(Schedule):
     def step(self, timer) -> None:
         self.comm.begin_step()
         self.cp.stale = self.fault
-        saved, x = [], self.x
-        for layer in range(self.s.layers):
-            w = Weights(*self.weights[layer])
-            x_in, y = forward(lambda t, w=w, a=self._attend(layer): layer_forward(t, w, self.dims, a), x)
-            saved.append((x_in, y))
-            x = y.detach()
-        self.look("out", x)
-        timer.mark("fwd")
-        dy = self.dy
-        for layer in reversed(range(self.s.layers)):
-            x_in, y = saved[layer]
-            dy, _grads = backward(x_in, y, dy, self.weights[layer])
-            saved[layer] = None
-        self.look("dx", dy)
-        timer.mark("bwd")
+        layers_step(self, timer, self._layer_fn)
+
+    def _layer_fn(self, layer: int, w: Weights):
+        attend = self._attend(layer)
+        return lambda t: layer_forward(t, w, self.dims, attend)
 
     def check(self) -> Tally:
         s = self.s

@@ -14,9 +14,10 @@ row-parallel reduce-scatters its output and all-gathers its output gradient.
 from __future__ import annotations
 
 from .attention import causal_attention
-from .layer import Dims, Weights, backward, forward, full_layer_flat, layer_forward, split_flat
+from .layer import Dims, Weights, full_layer_flat, layer_forward, split_flat
 from .numerics import Tally
 from .reference import full_params, run_model
+from .layer_loop import layers_step
 from .schedule import Schedule
 
 
@@ -139,23 +140,8 @@ class TpSchedule(Schedule):
         self.tp.skip_reduce = self.fault
         col = lambda x, w: self.col_fn.apply(x, w, self.tp)  # noqa: E731
         row = lambda x, w: self.row_fn.apply(x, w, self.tp)  # noqa: E731
-        saved, x = [], self.x
-        for layer in range(self.s.layers):
-            w = Weights(*self.weights[layer])
-            x_in, y = forward(lambda t, w=w: layer_forward(t, w, self.dims, causal_attention, col, row), x)
-            saved.append((x_in, y))
-            x = y.detach()
-        self.look("out", x)
-        timer.mark("fwd")
-        dy = self.dy
-        for layer in reversed(range(self.s.layers)):
-            x_in, y = saved[layer]
-            dy, grads = backward(x_in, y, dy, self.weights[layer])
-            saved[layer] = None
-            for i, g in enumerate(grads):
-                self.look(("grad", layer, i), g)
-        self.look("dx", dy)
-        timer.mark("bwd")
+        layers_step(self, timer, lambda layer, w: lambda t: layer_forward(t, w, self.dims, causal_attention, col, row),
+                    look_grads=True)
 
     def check(self) -> Tally:
         s = self.s
