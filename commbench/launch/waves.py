@@ -8,15 +8,21 @@ waits on its launcher process); a job that raises ends as its own error, never t
 """
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 
+WAVES_VAR = "COMMBENCH_WAVES"   # "0": every launch a wave alone, as before waves (for comparisons)
+
+
 def plan_waves(launches: Sequence) -> list[list]:
     """Consecutive launches packed into waves: a placed launch joins the current wave when its
     hosts are disjoint from every host already in it; an unplaced launch is a wave alone."""
+    if os.environ.get(WAVES_VAR, "").strip() in ("0", "off", "no", "false"):
+        return [[launch] for launch in launches]
     waves: list[list] = []
     busy: set[str] = set()
     for launch in launches:

@@ -96,3 +96,48 @@ def test_estimate_from_a_previous_run():
     rows = [{"case_id": "c0", "log": "logs/launch-0.log", "time_us": 1e6, "warmup": 1, "iters": 1}]
     est = estimate_from_run(meta, rows, "run r")
     assert est.case_s == {"c0": 2.0} and est.launch_s == 10.0   # median of 10, 9, 30
+
+
+def _progress_span(run, launch_id):
+    import json
+
+    events = [json.loads(line) for line in
+              (run / "logs" / f"launch-{launch_id}.progress.jsonl").read_text().splitlines() if line.strip()]
+    return min(e["t"] for e in events), max(e["t"] for e in events)
+
+
+def test_per_node_wave_on_local_pseudo_hosts_runs_together_and_a_bad_host_fails_alone(tmp_path, monkeypatch):
+    """Three names of this machine (Open MPI starts each locally) plus a host that does not exist:
+    one wave of four launches; the three local ones overlap in time and succeed, the fourth fails
+    with its own rows."""
+    import json
+    import socket
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+    from tests.conftest import has_mpiexec
+
+    if not has_mpiexec():
+        pytest.skip("no mpiexec/mpi4py on this machine")
+    hosts = [socket.gethostname(), "localhost", "127.0.0.1", "no-such-host.invalid"]
+    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    suite = tmp_path / "pn.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: pn
+        defaults: {ranks: 1, warmup: 2, iters: 20, sizes: [1KiB, 64KiB, 1MiB]}
+        benchmarks:
+          - {name: node, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node}
+        """))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 1, result.output
+    rows = pd.read_csv(out / "results.csv")
+    assert set(rows.wave) == {0} and len(rows) == 12
+    assert set(rows[rows.status == "failed"].hosts) == {"no-such-host.invalid"}
+    assert set(rows[rows.status == "ok"].hosts) == set(hosts[:3])
+    launches = json.loads((out / "run.json").read_text())["launches"]
+    assert [l["wave"] for l in launches] == [0, 0, 0, 0]
+    spans = [_progress_span(out, l["launch_id"]) for l in launches if l["status"] == "ok"]
+    assert max(s for s, _ in spans) < min(e for _, e in spans)   # all three were in flight at once
