@@ -192,3 +192,24 @@ def price(launches: Sequence, launch_cost: str | None = None, estimate_from=None
         estimate = (Estimate(cost, estimate.case_s, f"{estimate.source}, --launch-cost {launch_cost}")
                     if estimate else Estimate(cost, {}, f"--launch-cost {launch_cost} per launch"))
     return schedule_lines(launches, estimate)
+
+
+def print_dry_run(suite_path, dry_run: bool, launch_cost: str | None, estimate_from) -> None:
+    """`accept --dry-run`: the acceptance suite's schedule, priced; nothing measured or written."""
+    import click
+
+    from ..errors import CommbenchError
+    from ..suite import load_suite
+
+    if not dry_run:
+        raise click.UsageError("--launch-cost and --estimate-from price a --dry-run")
+    if not str(suite_path).endswith((".yaml", ".yml")):
+        raise CommbenchError(f"--dry-run prices a suite to run; {suite_path} is not a suite file")
+    suite = load_suite(suite_path)
+    try:
+        lines = price(suite.launches, launch_cost, estimate_from)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--launch-cost") from None
+    click.echo(f"{suite.name}: {len(suite.cases)} Cases in {len(suite.launches)} launches")
+    for line in lines:
+        click.echo(line)

@@ -98,12 +98,13 @@ def test_estimate_from_a_previous_run():
     assert est.case_s == {"c0": 2.0} and est.launch_s == 10.0   # median of 10, 9, 30
 
 
-def _progress_span(run, launch_id):
+def _launch_span(run, launch_id):
+    """(when the launch was started: its task file written; its last progress event)."""
     import json
 
     events = [json.loads(line) for line in
               (run / "logs" / f"launch-{launch_id}.progress.jsonl").read_text().splitlines() if line.strip()]
-    return min(e["t"] for e in events), max(e["t"] for e in events)
+    return (run / "logs" / f"launch-{launch_id}-try0.json").stat().st_mtime, max(e["t"] for e in events)
 
 
 def test_per_node_wave_on_local_pseudo_hosts_runs_together_and_a_bad_host_fails_alone(tmp_path, monkeypatch):
@@ -139,5 +140,5 @@ def test_per_node_wave_on_local_pseudo_hosts_runs_together_and_a_bad_host_fails_
     assert set(rows[rows.status == "ok"].hosts) == set(hosts[:3])
     launches = json.loads((out / "run.json").read_text())["launches"]
     assert [l["wave"] for l in launches] == [0, 0, 0, 0]
-    spans = [_progress_span(out, l["launch_id"]) for l in launches if l["status"] == "ok"]
+    spans = [_launch_span(out, l["launch_id"]) for l in launches if l["status"] == "ok"]
     assert max(s for s, _ in spans) < min(e for _, e in spans)   # all three were in flight at once
