@@ -158,8 +158,9 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
         with lock:
             env = variant_env(folder, launch, [by_id[cid] for cid in pending])
+        wave_kw = {"cancel": cancel, "shared": True} if shared else {}   # a launch alone: as before waves
         out = run_launch(folder.path, task, env, timeouts, on_event=_locked(display.event, lock),
-                         allow_multicast=allow_mc, keep_fds=folder.lock_fds(), cancel=cancel, shared=shared)
+                         allow_multicast=allow_mc, keep_fds=folder.lock_fds(), **wave_kw)
         record["wall_s"] += out.wall_s
         if out.returncode == STORAGE_FULL_EXIT:   # rank 0 could not store a Case: the disk is full
             if not shared:
