@@ -46,6 +46,8 @@ def srun_plugins() -> list[str]:
             word = word[len("srun:"):].strip()
         if word and " " not in word:          # headers ("MPI plugin types are...") have spaces
             names.append(word)
+        elif "versions available:" in word:   # "specific pmix plugin versions available: pmix_v4"
+            names += [w.strip() for w in word.split(":", 1)[1].replace(",", " ").split() if w.strip()]
     return names
 
 
