@@ -89,8 +89,9 @@ def _markdown(nodes: int, results: dict) -> str:
              f"{platform.system()} {platform.release()}, Python {platform.python_version()}) with "
              f"`benchmarks/acceptance_waves.py --nodes {nodes}`: the network-namespace test bed "
              "(docs/cluster-testbed.md), one MPI rank per node, Open MPI `mpiexec` per launch, CPU "
-             "all_reduce at two sizes per launch. Every node shares this machine's cores, so a wave's "
-             "launches also compete for CPU: on real nodes the gain is larger.", "",
+             "all_reduce at two sizes per launch. Every node shares this machine's cores: a launch's "
+             "start-up (Python imports, MPI init) is CPU work, so a wave of 4 pair launches (8 processes) "
+             "on 2 cores is bounded by the cores, not by the schedule.", "",
              "| phase | schedule | launches | waves | rows ok | wall s |", "|---|---|---|---|---|---|"]
     for (phase, mode), r in results.items():
         lines.append(f"| {'per_node' if phase == 'node' else 'pairs'} | {mode} | {r['launches']} | "
