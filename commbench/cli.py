@@ -61,6 +61,16 @@ def _limits(max_cases: int | None, max_ranks: int | None):
     return SuiteLimits(max_cases=max_cases or DEFAULT_MAX_CASES, max_ranks=max_ranks)
 
 
+def _price_options(fn):
+    """--launch-cost / --estimate-from: what a --dry-run's schedule is priced with."""
+    fn = click.option("--estimate-from", type=click.Path(path_type=Path, exists=True, file_okay=False),
+                      default=None, metavar="RUN",
+                      help="with --dry-run: price the schedule from a previous run folder (the median "
+                           "launch wall time less its Cases, and each Case's time)")(fn)
+    return click.option("--launch-cost", default=None, metavar="DURATION",
+                        help="with --dry-run: the cost of one launch (e.g. 15s) for the projected wall time")(fn)
+
+
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), default=None,
@@ -75,7 +85,9 @@ def _limits(max_cases: int | None, max_ranks: int | None):
 @click.option("--duration", default=None, metavar="DURATION",
               help="burn-in: run the suite pass after pass into one run folder until DURATION (8h, 30m, "
                    "90s) is over, every row stamped with its pass; the same as the suite key `duration`")
-@click.option("--dry-run", is_flag=True, help="validate and print the Cases and launches; run nothing")
+@click.option("--dry-run", is_flag=True,
+              help="validate and print the Cases, launches and the schedule of waves; run nothing")
+@_price_options
 @click.option("--quiet", is_flag=True, help="no live progress display")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="override a key in every benchmark, e.g. --set ranks=2 --set sizes=[1MiB] "
@@ -88,7 +100,7 @@ def _limits(max_cases: int | None, max_ranks: int | None):
                    "the same as the suite key `profile` (docs/profiling.md)")
 @_limit_options
 def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, duration: str | None,
-        dry_run: bool, quiet: bool,
+        dry_run: bool, launch_cost: str | None, estimate_from: Path | None, quiet: bool,
         sets: tuple[str, ...], only: tuple[str, ...], profile: str | None, max_cases: int | None,
         max_ranks: int | None):
     """Run a suite: every Case measured, checked and stored in a run folder."""
@@ -98,9 +110,12 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
     if profile:
         overrides["profile"] = profile
     limits = _limits(max_cases, max_ranks)
+    if (launch_cost or estimate_from) and not dry_run:
+        raise click.UsageError("--launch-cost and --estimate-from price a --dry-run")
     if dry_run:
         s = load_suite(suite, overrides=overrides, limits=limits)
         _print_plan(s)
+        print_schedule(s, launch_cost, estimate_from)
         return
     if force and not resume:
         raise CommbenchError("--force only applies to --resume (it lets a resume mix settings).")
@@ -237,6 +252,18 @@ def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
     from .suite import ONLY_KEY
 
     return {**overrides, ONLY_KEY: list(only)} if only else overrides
+
+
+def print_schedule(s, launch_cost: str | None, estimate_from: Path | None) -> None:
+    """The waves a run of suite ``s`` takes and, when priced, its projected wall time."""
+    from .launch.waves import price
+
+    try:
+        lines = price(s.launches, launch_cost, estimate_from)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--launch-cost") from None
+    for line in lines:
+        click.echo(line)
 
 
 def _print_plan(s) -> None:

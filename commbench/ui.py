@@ -170,6 +170,18 @@ class RunDisplay:
         # benchmarks whose rows store the bytes a Case really moved (a training step's), not the
         # suite's size: the live line names no size for their next Cases
         self.own_sizes: set[str] = set()
+        self.waves = None   # a launch.waves.WaveState while a wave of several launches runs
+
+    def wave(self, state, launch_ids: list) -> None:
+        """A wave of several launches starts (``state``), or ends (None): the live line names it."""
+        self.waves = state
+        if state is not None and self.enabled:
+            self.console.print(f"wave {state.index + 1} of {state.total}: {len(launch_ids)} launches at once",
+                               markup=False, highlight=False)
+
+    def _wave_prefix(self) -> str:
+        st = self.waves
+        return "" if st is None else f"[wave {st.index + 1}/{st.total}, {len(st.in_flight)} in flight] "
 
     def __enter__(self):
         self.progress.__enter__()
@@ -181,7 +193,8 @@ class RunDisplay:
     def event(self, ev: dict) -> None:
         case = self.by_id.get(ev.get("case_id"))
         if ev["event"] == "start" and case is not None:
-            self.progress.update(self.task, description=describe_case(case, with_size=case.bench not in self.own_sizes))
+            self.progress.update(self.task, description=self._wave_prefix()
+                                 + describe_case(case, with_size=case.bench not in self.own_sizes))
         elif ev["event"] == "done":
             if ev.get("status") not in ("ok", None):
                 self.bad += 1

@@ -173,8 +173,14 @@ def _suite_has_rules(path: Path) -> bool:
               help="HTML verdict report (Markdown twin next to it). Default: RUN/accept.html.")
 @click.option("--localize/--no-localize", default=None,
               help="Name slow hosts/GPUs from per-rank samples (default: as the rules file says).")
+@click.option("--dry-run", is_flag=True, help="print the suite's schedule of waves (priced with "
+                                              "--launch-cost or --estimate-from); run nothing")
+@click.option("--launch-cost", default=None, metavar="DURATION", help="with --dry-run: as for `run`")
+@click.option("--estimate-from", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              metavar="RUN", help="with --dry-run: as for `run`")
 def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
-               junit_path: Path | None, out: Path | None, localize: bool | None) -> None:
+               junit_path: Path | None, out: Path | None, localize: bool | None, dry_run: bool = False,
+               launch_cost: str | None = None, estimate_from: Path | None = None) -> None:
     """Pass/fail a run folder (or run an acceptance suite first) against rules.
 
     Exit status: 0 every check passed, 1 a check failed, 2 bad input (or a suite that cannot run
@@ -182,6 +188,11 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None,
     """
     from .accept.junit import junit_error_xml
 
+    if dry_run or launch_cost or estimate_from:
+        from ..launch.waves import print_dry_run
+
+        print_dry_run(target, dry_run, launch_cost, estimate_from)
+        return
     if junit_path is not None:
         _check_writable(junit_path, "--junit")
     try:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -16,6 +18,7 @@ from .failure_hosts import on_hosts
 from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported, settled_row,
                       variant_env)
 from .supervise import run_launch
+from .waves import WaveState, pending_waves, plan_waves, run_wave
 
 # What the caller does with a stored run before the folder is released (plots, summary, report).
 Finish = Callable[[RunFolder, object], None]
@@ -68,22 +71,49 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id,
                          row_of=lambda cid: _stored_row(folder, cid))
     with display:
-        for launch in suite.launches:
-            pending = [cid for cid in launch.case_ids if cid not in done]
-            if not pending:
-                continue
-            record = _launch_record(launch, held_off=not by_id[pending[0]].param("allow_multicast"))
-            meta["launches"].append(record)
-            folder.write_meta(meta)   # recorded as it starts: a run killed mid-launch keeps it
-            _run_group(folder, launch, pending, by_id, display, record)
-            _merge_hosts(folder, meta)
-            folder.write_meta(meta)
+        total = len(plan_waves(suite.launches))
+        for index, wave in pending_waves(suite.launches, done):
+            _run_wave(folder, meta, [(l, [c for c in l.case_ids if c not in done]) for l in wave],
+                      by_id, display, index, total)
     close_meta(meta)
     _merge_hosts(folder, meta)
     folder.write_meta(meta)
     if finish is not None:
         finish(folder, console)
     return folder.path
+
+
+def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, display, index: int,
+              total: int) -> None:
+    """Run a wave's launches (each with its pending Cases) at the same time; a single launch runs
+    alone in this thread, exactly as before waves existed."""
+    records = []
+    for launch, pending in launches:
+        record = _launch_record(launch, held_off=not by_id[pending[0]].param("allow_multicast"))
+        record["wave"] = index
+        meta["launches"].append(record)
+        records.append(record)
+    folder.write_meta(meta)   # recorded as they start: a run killed mid-wave keeps them
+    concurrent = len(launches) > 1
+    lock = threading.Lock() if concurrent else nullcontext()
+    state, cancel = WaveState(index=index, total=total), threading.Event()
+    if concurrent and hasattr(display, "wave"):
+        display.wave(state, [l.launch_id for l, _ in launches])
+    results = run_wave(
+        list(zip(launches, records)),
+        lambda job: _run_group(folder, job[0][0], job[0][1], by_id, display, job[1],
+                               lock=lock, cancel=cancel if concurrent else None),
+        state=state, key=lambda job: job[0][0].launch_id, cancel=cancel)
+    if concurrent:   # every launch of the wave has ended: no rank writes the folder now
+        folder.keep_samples(folder.done_case_ids())
+        folder.rewrite_csv()
+        if hasattr(display, "wave"):
+            display.wave(None, [])
+    _merge_hosts(folder, meta)
+    folder.write_meta(meta)
+    errors = [r.error for r in results if r.error is not None]
+    if errors:   # StorageFull, an interrupt, a broken folder: the run stops after the whole wave
+        raise errors[0]
 
 
 def _launch_record(launch, held_off: bool) -> dict:
@@ -105,9 +135,15 @@ def _stored_row(folder: RunFolder, case_id: str) -> dict | None:
 
 
 def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display,
-               record: dict | None = None) -> dict:
+               record: dict | None = None, lock=None, cancel=None) -> dict:
     """Run a launch's pending Cases (relaunching after a timeout or crash); returns its run.json
-    entry (``record``, updated in place, when given)."""
+    entry (``record``, updated in place, when given).
+
+    In a wave of several launches (``cancel`` given) other launches write the folder at the same
+    time: this thread's folder calls hold ``lock``, samples are cleaned and the CSV re-mirrored
+    once the whole wave ended (by _run_wave)."""
+    shared = cancel is not None
+    lock = lock if lock is not None else nullcontext()
     if record is None:
         record = _launch_record(launch, held_off=not by_id[pending[0]].param("allow_multicast"))
     log = record["log"]
@@ -120,21 +156,27 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                 "progress": str(progress), "hosts": list(launch.hosts)}
         timeouts = {cid: by_id[cid].timeout_s for cid in pending}
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
-        out = run_launch(folder.path, task, variant_env(folder, launch, [by_id[cid] for cid in pending]), timeouts,
-                         on_event=display.event, allow_multicast=allow_mc, keep_fds=folder.lock_fds())
+        with lock:
+            env = variant_env(folder, launch, [by_id[cid] for cid in pending])
+        wave_kw = {"cancel": cancel, "shared": True} if shared else {}   # a launch alone: as before waves
+        out = run_launch(folder.path, task, env, timeouts, on_event=_locked(display.event, lock),
+                         allow_multicast=allow_mc, keep_fds=folder.lock_fds(), **wave_kw)
         record["wall_s"] += out.wall_s
         if out.returncode == STORAGE_FULL_EXIT:   # rank 0 could not store a Case: the disk is full
-            folder.rewrite_csv()
+            if not shared:
+                folder.rewrite_csv()
             raise StorageFull(f"the disk of {folder.path} is full (rank 0 could not store a Case, log {log}); "
                               f"the run stopped. Every Case stored before is kept and the folder is "
                               f"consistent: free space, then continue with `commbench run SUITE --resume "
                               f"--out {folder.path}`")
         finished = set(out.finished)
         killed = out.timed_out_case or out.crashed_case
-        if killed:   # samples stay only for Cases whose row landed (none cut mid-line by the kill)
-            folder.keep_samples(folder.done_case_ids())
+        with lock:
+            if killed and not shared:   # samples stay only for Cases whose row landed
+                folder.keep_samples(folder.done_case_ids())
+            done_now = folder.done_case_ids()
         victim = killed
-        if victim and victim in folder.done_case_ids():
+        if victim and victim in done_now:
             finished.add(victim)  # its row landed just before the kill: keep the measurement
             victim = None
         if victim:
@@ -144,8 +186,10 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                       f"logs/launch-{launch.launch_id}.rank*.stacks.txt"
                       if status == "timeout" else f"ranks exited with status {out.returncode}")
             reason += on_hosts(folder.path, launch)
-            folder.append_row(settled_row(by_id[victim], status, f"{reason} (log {log}): {tail}", log, launch.ranks))
-            display.event({"event": "done", "case_id": victim, "status": status})
+            with lock:
+                folder.append_row(settled_row(by_id[victim], status, f"{reason} (log {log}): {tail}", log,
+                                              launch.ranks))
+                display.event({"event": "done", "case_id": victim, "status": status})
             finished.add(victim)
             record.update(status=status, reason=reason)
         elif not killed and (out.returncode != 0 or len(finished) < len(pending)):
@@ -155,15 +199,24 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                       f"finishing its Cases (log {log}): {tail}")
             for cid in pending:
                 if cid not in finished:
-                    folder.append_row(settled_row(by_id[cid], "failed", reason, log, launch.ranks))
-                    display.event({"event": "done", "case_id": cid, "status": "failed"})
+                    with lock:
+                        folder.append_row(settled_row(by_id[cid], "failed", reason, log, launch.ranks))
+                        display.event({"event": "done", "case_id": cid, "status": "failed"})
             record.update(status="failed", reason=reason)
             break
         pending = [cid for cid in pending if cid not in finished]
         attempt += 1
     # rank 0 may have been killed between a row's JSONL line and its CSV line: re-mirror
-    folder.rewrite_csv()
+    if not shared:
+        folder.rewrite_csv()
     return record
+
+
+def _locked(fn, lock):
+    def call(*args):
+        with lock:
+            return fn(*args)
+    return call
 
 
 def _merge_hosts(folder: RunFolder, meta: dict) -> None:

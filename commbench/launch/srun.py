@@ -9,6 +9,10 @@ sides speak. A site's `MpiDefault=none` (Debian's default) gives every task a wo
   Open MPI 4, MPICH, Intel MPI: PMIx or PMI-2), each tried once with a two-task probe that
   checks the world size, because a listed plugin may not load (Debian ships mpi_pmix without
   the libpmix.so it opens);
+- PMIx only where the PMIx inside the MPI and the one Slurm's plugin serves have the same major
+  version: a PMIx 5 client (Open MPI 5's own) under Slurm's PMIx 4 server (Debian 12's
+  mpi_pmix_v4) passes the probe, then starts steps that now and then crash or hang in MPI_Init;
+  the MPI's own launcher is then the deterministic choice;
 - else no srun plugin works with this MPI, and commbench starts ranks with the MPI's own
   launcher (mpiexec), which uses the allocation by itself.
 """
@@ -21,6 +25,11 @@ import sys
 from functools import lru_cache
 
 PROBE_TIMEOUT_S = 60.0
+# The PMIx library inside mpi4py's MPI (loaded with it, not initialised): its version string.
+PMIX_CODE = ("import ctypes, mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI\n"
+             "libs = [l.split()[-1] for l in open('/proc/self/maps') if 'libpmix' in l]\n"
+             "if libs:\n    lib = ctypes.CDLL(libs[0]); lib.PMIx_Get_version.restype = ctypes.c_char_p\n"
+             "    print(lib.PMIx_Get_version().decode())")
 PROBE = "from mpi4py import MPI; print('commbench-probe', MPI.COMM_WORLD.Get_size(), flush=True)"
 
 
@@ -37,6 +46,8 @@ def srun_plugins() -> list[str]:
             word = word[len("srun:"):].strip()
         if word and " " not in word:          # headers ("MPI plugin types are...") have spaces
             names.append(word)
+        elif "versions available:" in word:   # "specific pmix plugin versions available: pmix_v4"
+            names += [w.strip() for w in word.split(":", 1)[1].replace(",", " ").split() if w.strip()]
     return names
 
 
@@ -53,6 +64,40 @@ def mpi_library() -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout.strip()
+
+
+@lru_cache(maxsize=1)
+def mpi_pmix_version() -> str:
+    """The version string of the PMIx that mpi4py's MPI carries ("" when none or unknown)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", PMIX_CODE], capture_output=True, text=True, timeout=60,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def _major(version: str) -> int | None:
+    for word in version.replace("v", " ").split():
+        head = word.split(".")[0]
+        if head.isdigit() and "." in word:
+            return int(head)
+    return None
+
+
+def slurm_pmix_major(offered: list[str]) -> int | None:
+    """The PMIx major version Slurm's plugin serves, from its names (`pmix_v4`); None when unnamed."""
+    majors = [int(p[len("pmix_v"):]) for p in offered if p.startswith("pmix_v") and p[len("pmix_v"):].isdigit()]
+    return max(majors) if majors else None
+
+
+def pmix_mismatch(offered: list[str], client_version: str) -> str:
+    """Why srun's PMIx must not start this MPI ("" when the majors agree or one is unknown)."""
+    server, client = slurm_pmix_major(offered), _major(client_version)
+    if server is None or client is None or server == client:
+        return ""
+    return (f"srun --mpi=pmix: Slurm serves PMIx {server}, the MPI's ranks speak {client_version}; "
+            f"such steps crash or hang in MPI_Init now and then")
 
 
 def pmi_preference(library: str) -> list[str]:
@@ -94,10 +139,14 @@ def choose_mpi_plugin() -> tuple[str | None, str]:
     library = mpi_library()
     offered = srun_plugins()
     candidates = [p for p in pmi_preference(library) if p in offered]
+    tried = []
+    mismatch = pmix_mismatch(offered, mpi_pmix_version()) if "pmix" in candidates else ""
+    if mismatch:
+        candidates.remove("pmix")
+        tried.append(mismatch)
     tasks = allocation_tasks()
     if candidates and tasks < 2:
         return candidates[0], f"{library or 'MPI'} speaks {candidates[0]}; one task needs no probe"
-    tried = []
     for plugin in candidates:
         ok, what = probe(plugin)
         if ok:

@@ -46,10 +46,14 @@ def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
 
 
 def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts: dict[str, float],
-               on_event=None, allow_multicast: bool = False, keep_fds: tuple[int, ...] = ()) -> LaunchOutcome:
+               on_event=None, allow_multicast: bool = False, keep_fds: tuple[int, ...] = (),
+               cancel=None, shared: bool = False) -> LaunchOutcome:
     """Start one launch for ``task['case_ids']`` and supervise it until it ends or is killed.
 
-    ``keep_fds`` stay open in the launcher for as long as it runs (the run folder's lock)."""
+    ``keep_fds`` stay open in the launcher for as long as it runs (the run folder's lock).
+    ``cancel`` (a threading.Event) set by the caller kills the launch as Ctrl-C would. ``shared``:
+    other launches of the same wave write the folder too, so a timeout does not cut the folder's
+    files back to their length at the verdict (that would cut their rows)."""
     task_path = run_dir / "logs" / f"launch-{task['launch_id']}-try{task['attempt']}.json"
     task_path.write_text(json.dumps(task))
     progress = Path(task["progress"])
@@ -74,7 +78,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         timed_out = None
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
-                                            log, started, finished)
+                                            log, started, finished, cancel, shared)
         except BaseException:
             # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
             _kill(proc)
@@ -86,7 +90,8 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
 
 
 def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
-               log, started: list, finished: list) -> tuple[str | None, str | None]:
+               log, started: list, finished: list, cancel=None,
+               shared: bool = False) -> tuple[str | None, str | None]:
     """Follow progress events until the ranks exit or the current Case overruns its timeout.
 
     Returns (timed-out case id or None, case in progress when it ended or None)."""
@@ -106,16 +111,19 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
                 on_event(ev)
         if rc is not None:
             return None, current
+        if cancel is not None and cancel.is_set():
+            raise KeyboardInterrupt   # the wave was interrupted: kill this launch like Ctrl-C
         limit = timeouts.get(current, 0) if current else (
             STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
         if time.time() - current_t > limit:
             timed_out = current or _next_case(task, finished)
             # What rank 0 stores from now on comes after the verdict (a stopped rank woken by the
             # kill may still finish the Case): it is cut off once every rank is dead.
-            marks = storage_marks(run_dir)
+            marks = None if shared else storage_marks(run_dir)
             _dump_stacks(run_dir, task["launch_id"], since=started_at)
             _kill(proc)
-            truncate_to(run_dir, marks)
+            if marks is not None:
+                truncate_to(run_dir, marks)
             log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
                       f"(case {timed_out})\n")
             return timed_out, current

@@ -12,9 +12,11 @@ samples that are not there (a Case's samples are written before its row).
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import RunFolderError
@@ -109,6 +111,10 @@ class RunFolder:
     def append_row(self, row: dict) -> None:
         # Rows another writer added since our last look may be missing from the CSV (it can be
         # killed between its JSONL line and its CSV line): then the CSV is rewritten.
+        with _writers(self.path):
+            self._append_row(row)
+
+    def _append_row(self, row: dict) -> None:
         others = self._sync()
         replaced = row.get("case_id") in self._latest
         p = self.path / "results.jsonl"
@@ -220,6 +226,10 @@ class RunFolder:
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
         """Append a Case's samples (before its row: a row never claims samples not stored)."""
+        with _writers(self.path):
+            self._append_samples(samples)
+
+    def _append_samples(self, samples: list[dict]) -> None:
         p = self.path / "samples.csv"
         if _size(p) and not _ends_with_newline(p):
             self.keep_samples(None)   # a line cut by a crash: drop it, never glue onto it
@@ -303,6 +313,26 @@ def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write(path, buf.getvalue().encode())
+
+
+@contextmanager
+def _writers(folder: Path):
+    """One writer at a time across processes (the launches of a wave each have a rank 0 that
+    stores rows): an flock on the folder's logs/ directory (the folder's own directory carries
+    the run's lock). Where flock is unsupported, writers go unserialised as before."""
+    try:
+        fd = os.open(Path(folder) / "logs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)   # closing drops the flock
 
 
 def _csv_cells(row: dict, columns: list[str]) -> dict:

@@ -3,6 +3,8 @@
 Lists become cross products (ops x backends x dtypes x params x sizes x ranks x env variants)."""
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import math
 
@@ -216,6 +218,20 @@ def _host_groups(b: _Bench) -> list[tuple[str, ...]]:
     return [pair for rnd in round_robin_pairs(hosts) for pair in rnd]
 
 
+def _wave_of(groups: list[tuple[str, ...]]) -> dict[tuple[str, ...], int]:
+    """The wave of each host group, in order: a group joins the current wave while it shares no
+    host with it (all per_node groups: wave 0; pairs: one round of disjoint pairs a wave)."""
+    waves, wave, busy = {}, 0, set()
+    for group in groups:
+        if not group:
+            continue
+        if busy & set(group):
+            wave, busy = wave + 1, set()
+        busy |= set(group)
+        waves[group] = wave
+    return waves
+
+
 def _timings(b: _Bench) -> list:
     timings = as_list(b.get("timing", "auto"))
     for timing in timings:
@@ -339,6 +355,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     # written in the suite: presets never override these
     explicit = frozenset(params if isinstance(params, dict) else ())
     cases = []
+    wave_of = _wave_of(host_groups)
     for hosts, (ranks, per_node), envv, op, backend, dtype, timing, pcombo, size in itertools.product(
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
@@ -354,5 +371,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
             timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
             timeout_s=float(counts["timeout_s"]), hosts=hosts,
             profile="" if profile == "none" else profile), explicit))
+        if hosts:   # the `wave` column: launches of one wave run at the same time (launch/waves.py)
+            cases[-1] = dataclasses.replace(cases[-1], params=cases[-1].params + (("wave", wave_of[hosts]),))
     _reject_values_that_never_run(b, fam, cases)
     return [] if len(err.items) > n_err else cases

@@ -72,10 +72,25 @@ def test_srun_plugin_list_and_the_pmi_each_mpi_speaks(monkeypatch):
 
     new = "MPI plugin types are...\n\tpmix\n\tnone\n\tpmi2\nspecific pmix plugin versions available: pmix_v4\n"
     old = "srun: MPI types are...\nsrun: none\nsrun: pmi2\n"
-    for text, want in ((new, ["pmix", "none", "pmi2"]), (old, ["none", "pmi2"])):
+    for text, want in ((new, ["pmix", "none", "pmi2", "pmix_v4"]), (old, ["none", "pmi2"])):
         monkeypatch.setattr(srun.subprocess, "run", lambda *a, _err=text, **k: SimpleNamespace(stdout="", stderr=_err))
         assert srun.srun_plugins() == want
     assert srun.pmi_preference("Open MPI v5.0.11, package: Open MPI") == ["pmix"]
+    # Slurm's PMIx 4 server with Open MPI 5's own PMIx 5 client: no srun --mpi=pmix (steps crash now and then)
+    client = "OpenPMIx 5.0.11rc1 (PMIx Standard: 5.1, Stable ABI: 5.0, Provisional ABI: 5.0)"
+    assert "Slurm serves PMIx 4" in srun.pmix_mismatch(["pmix", "pmix_v4"], client)
+    assert srun.pmix_mismatch(["pmix", "pmix_v5"], client) == ""
+    assert srun.pmix_mismatch(["pmix"], client) == ""   # Slurm names no version: the probe decides
+    monkeypatch.delenv("SLURM_MPI_TYPE", raising=False)
+    srun.choose_mpi_plugin.cache_clear()
+    monkeypatch.setattr(srun.shutil, "which", lambda name: "/usr/bin/srun")
+    monkeypatch.setattr(srun, "mpi_library", lambda: "Open MPI v5.0.11, package: Open MPI")
+    monkeypatch.setattr(srun, "srun_plugins", lambda: ["pmix", "none", "pmi2", "pmix_v4"])
+    monkeypatch.setattr(srun, "mpi_pmix_version", lambda: client)
+    monkeypatch.setattr(srun, "probe", lambda plugin, tasks=2: (True, "a probe passes"))
+    plugin, why = srun.choose_mpi_plugin()
+    srun.choose_mpi_plugin.cache_clear()
+    assert plugin is None and "Slurm serves PMIx 4" in why
     assert srun.pmi_preference("Open MPI v4.1.6, package: Debian") == ["pmix", "pmi2"]
     assert srun.pmi_preference("MPICH Version: 4.1") == ["pmix", "pmi2"]
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "")

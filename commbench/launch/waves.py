@@ -1,0 +1,215 @@
+"""Waves: launches whose host sets are disjoint run at the same time.
+
+A placed benchmark (`placement: per_node` or `pairs`) has one launch per host group; groups that
+share no host go into one wave (every node's per_node launch; one round of disjoint pairs). A
+launch without named hosts is a wave of its own, so unplaced suites run one launch after another
+as before. ``run_wave`` runs any list of jobs concurrently, one thread each (each thread only
+waits on its launcher process); a job that raises ends as its own error, never the others'.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+
+WAVES_VAR = "COMMBENCH_WAVES"   # "0": every launch a wave alone, as before waves (for comparisons)
+
+
+def plan_waves(launches: Sequence) -> list[list]:
+    """Consecutive launches packed into waves: a placed launch joins the current wave when its
+    hosts are disjoint from every host already in it; an unplaced launch is a wave alone."""
+    if os.environ.get(WAVES_VAR, "").strip() in ("0", "off", "no", "false"):
+        return [[launch] for launch in launches]
+    waves: list[list] = []
+    busy: set[str] = set()
+    for launch in launches:
+        hosts = set(launch.hosts)
+        if hosts and waves and busy and not (hosts & busy) and waves[-1][0].hosts:
+            waves[-1].append(launch)
+            busy |= hosts
+            continue
+        waves.append([launch])
+        busy = hosts
+    return waves
+
+
+def pending_waves(launches: Sequence, done: set[str]) -> list[tuple[int, list]]:
+    """(wave index, launches with Cases left) for each wave not finished; a run interrupted
+    mid-wave resumes with that wave's missing launches only (indices stay those of the plan)."""
+    out = []
+    for index, wave in enumerate(plan_waves(launches)):
+        left = [l for l in wave if any(cid not in done for cid in l.case_ids)]
+        if left:
+            out.append((index, left))
+    return out
+
+
+@dataclass
+class JobResult:
+    value: object = None
+    error: BaseException | None = None
+
+
+@dataclass
+class WaveState:
+    """What the live display shows: the wave running and its launches in flight."""
+    index: int = 0
+    total: int = 0
+    in_flight: set = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def run_wave(jobs: Sequence, run_one: Callable[[object], object], *, state: WaveState | None = None,
+             key: Callable[[object], object] = id, cancel: threading.Event | None = None) -> list[JobResult]:
+    """Run ``run_one(job)`` for every job at the same time; wait for all; one JobResult per job,
+    in order. On Ctrl-C (or SIGTERM turned into it) ``cancel`` is set, so that each job kills its
+    own launch (``run_launch(cancel=...)``), and the interrupt propagates once every job ended."""
+    results = [JobResult() for _ in jobs]
+    if len(jobs) == 1:   # no thread: an unplaced launch runs exactly as it always did
+        results[0].value = run_one(jobs[0])
+        return results
+
+    def work(i: int, job) -> None:
+        if state is not None:
+            with state.lock:
+                state.in_flight.add(key(job))
+        try:
+            results[i].value = run_one(job)
+        except BaseException as exc:  # noqa: BLE001 - a job's failure (any kind) is its own, kept in its result
+            results[i].error = exc
+        finally:
+            if state is not None:
+                with state.lock:
+                    state.in_flight.discard(key(job))
+
+    threads = [threading.Thread(target=work, args=(i, j), daemon=True, name=f"wave-job-{i}")
+               for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except KeyboardInterrupt:
+        if cancel is not None:
+            cancel.set()
+        for t in threads:
+            t.join()
+        raise
+    return results
+
+
+# -- pricing a schedule (`--dry-run`) --
+
+@dataclass
+class Estimate:
+    launch_s: float                          # per-launch overhead (start, MPI init, imports)
+    case_s: dict = field(default_factory=dict)  # case_id -> seconds measured before
+    source: str = ""
+
+    def launch_wall_s(self, launch) -> float:
+        return self.launch_s + sum(self.case_s.get(cid, 0.0) for cid in launch.case_ids)
+
+
+def estimate_from_run(meta: dict, rows: list[dict], source: str) -> Estimate:
+    """From a previous run folder: each Case's time (time_us x (warmup + iters) of its row) and
+    the per-launch cost, the median over its launches of wall_s less their Cases' time (a
+    launch's rows name its log)."""
+    case_s, by_log = {}, {}
+    for r in rows:
+        t_us, n = r.get("time_us"), (r.get("warmup") or 0) + (r.get("iters") or 0)
+        if isinstance(t_us, (int, float)) and n:
+            case_s[r["case_id"]] = float(t_us) * n / 1e6
+            by_log[r.get("log")] = by_log.get(r.get("log"), 0.0) + case_s[r["case_id"]]
+    costs = [max(0.0, float(l["wall_s"]) - by_log.get(l.get("log"), 0.0))
+             for l in meta.get("launches", []) if l.get("wall_s")]
+    return Estimate(statistics.median(costs) if costs else 0.0, case_s, source)
+
+
+def schedule_lines(launches: Sequence, estimate: Estimate | None) -> list[str]:
+    """The schedule as text: one line per wave (launches, Cases per launch, projected wall time)
+    and the totals, waves against one launch after another."""
+    waves = plan_waves(launches)
+    lines, total_s, serial_s = [], 0.0, 0.0
+    for i, wave in enumerate(waves):
+        cases = [len(l.case_ids) for l in wave]
+        hosts = sorted({h for l in wave for h in l.hosts})
+        text = (f"wave {i}: {len(wave)} launch{'es' if len(wave) != 1 else ''}, "
+                f"{min(cases)}-{max(cases) if min(cases) != max(cases) else ''}".rstrip("-")
+                + f" Case{'s' if max(cases) != 1 else ''} per launch"
+                + (f" on {len(hosts)} host{'s' if len(hosts) != 1 else ''}" if hosts else ""))
+        if estimate is not None:
+            walls = [estimate.launch_wall_s(l) for l in wave]
+            total_s += max(walls)
+            serial_s += sum(walls)
+            text += f", ~{_hms(max(walls))}"
+        lines.append(text)
+    summary = f"{len(waves)} waves, {len(launches)} launches, {sum(len(l.case_ids) for l in launches)} Cases"
+    if estimate is not None:
+        summary += (f"; projected wall time {_hms(total_s)} (one launch after another: {_hms(serial_s)}; "
+                    f"{estimate.source})")
+    return lines + [summary]
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def parse_duration_s(text: str) -> float:
+    """'15s', '2m', '1.5h' or a plain number of seconds."""
+    t = str(text).strip().lower()
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+    for suffix in sorted(scale, key=len, reverse=True):
+        if t.endswith(suffix) and t[: -len(suffix)].strip():
+            t_num, factor = t[: -len(suffix)], scale[suffix]
+            break
+    else:
+        t_num, factor = t, 1.0
+    try:
+        value = float(t_num) * factor
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration (write e.g. 15s, 2m, 1h)") from None
+    if value < 0:
+        raise ValueError(f"{text!r}: a duration cannot be negative")
+    return value
+
+
+def price(launches: Sequence, launch_cost: str | None = None, estimate_from=None) -> list[str]:
+    """``schedule_lines`` with the estimate the user asked for: a per-launch cost (`--launch-cost`),
+    or a previous run folder's launches and Case times (`--estimate-from`), or none (no times)."""
+    estimate = None
+    if estimate_from is not None:
+        from ..runfolder import RunFolder, read_meta
+
+        estimate = estimate_from_run(read_meta(estimate_from), RunFolder(estimate_from).latest_rows(),
+                                     f"estimated from {estimate_from}")
+    if launch_cost is not None:
+        cost = parse_duration_s(launch_cost)
+        estimate = (Estimate(cost, estimate.case_s, f"{estimate.source}, --launch-cost {launch_cost}")
+                    if estimate else Estimate(cost, {}, f"--launch-cost {launch_cost} per launch"))
+    return schedule_lines(launches, estimate)
+
+
+def print_dry_run(suite_path, dry_run: bool, launch_cost: str | None, estimate_from) -> None:
+    """`accept --dry-run`: the acceptance suite's schedule, priced; nothing measured or written."""
+    import click
+
+    from ..errors import CommbenchError
+    from ..suite import load_suite
+
+    if not dry_run:
+        raise click.UsageError("--launch-cost and --estimate-from price a --dry-run")
+    if not str(suite_path).endswith((".yaml", ".yml")):
+        raise CommbenchError(f"--dry-run prices a suite to run; {suite_path} is not a suite file")
+    suite = load_suite(suite_path)
+    try:
+        lines = price(suite.launches, launch_cost, estimate_from)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--launch-cost") from None
+    click.echo(f"{suite.name}: {len(suite.cases)} Cases in {len(suite.launches)} launches")
+    for line in lines:
+        click.echo(line)

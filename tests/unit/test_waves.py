@@ -1,0 +1,144 @@
+"""Waves: the planner packs launches with disjoint hosts, resumes a partial wave with its missing
+launches only, runs a wave's jobs at the same time, and prices a schedule."""
+import textwrap
+import threading
+import time
+
+import pytest
+
+from commbench.launch.waves import (Estimate, estimate_from_run, pending_waves, plan_waves, run_wave,
+                                    schedule_lines)
+from commbench.suite import load_suite
+from commbench.suite.launches import Launch
+
+
+def _launch(i, hosts, cases=("x",)):
+    return Launch(launch_id=i, ranks=len(hosts) or 1, ranks_per_node=1, env=(), variant="default",
+                  case_ids=tuple(f"{c}{i}" for c in cases), hosts=tuple(hosts))
+
+
+SUITE = """\
+name: w
+defaults: {ranks: 1, sizes: [1KiB]}
+benchmarks:
+  - {name: node, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node}
+  - {name: pair, family: collectives, ops: [sendrecv], backends: [mpi], placement: pairs}
+  - {name: free, family: collectives, ops: [all_reduce], backends: [mpi], ranks: 2}
+"""
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_suite_plans_one_node_wave_then_one_wave_per_round(tmp_path, monkeypatch, n):
+    hosts = [f"h{i}" for i in range(n)]
+    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    (tmp_path / "w.yaml").write_text(SUITE)
+    suite = load_suite(tmp_path / "w.yaml", gpu_count=8)
+    waves = plan_waves(suite.launches)
+    rounds = n - 1 if n % 2 == 0 else n
+    assert len(waves) == 1 + rounds + 1
+    assert sorted(l.hosts for l in waves[0]) == [(h,) for h in hosts]
+    pairs = [p for w in waves[1:-1] for p in (l.hosts for l in w)]
+    assert sorted(pairs) == sorted((a, b) for i, a in enumerate(hosts) for b in hosts[i + 1:])
+    for wave in waves:   # no host twice in one wave
+        used = [h for l in wave for h in l.hosts]
+        assert len(used) == len(set(used))
+    assert [l.hosts for l in waves[-1]] == [()]   # the unplaced benchmark runs alone
+    by_id = {c.case_id: c for c in suite.cases}   # the rows' `wave` column is the benchmark's round
+    for i, wave in enumerate(waves[1:-1]):
+        assert {by_id[l.case_ids[0]].param("wave") for l in wave} == {i}
+    assert {by_id[l.case_ids[0]].param("wave") for l in waves[0]} == {0}
+    assert by_id[waves[-1][0].case_ids[0]].param("wave") is None
+
+
+def test_unplaced_launches_stay_one_after_another():
+    launches = [_launch(i, ()) for i in range(4)]
+    assert [[l.launch_id for l in w] for w in plan_waves(launches)] == [[0], [1], [2], [3]]
+
+
+def test_overlapping_hosts_open_a_new_wave():
+    launches = [_launch(0, "ab"), _launch(1, "cd"), _launch(2, "ac"), _launch(3, ()), _launch(4, "e")]
+    assert [[l.launch_id for l in w] for w in plan_waves(launches)] == [[0, 1], [2], [3], [4]]
+
+
+def test_resume_mid_wave_runs_only_the_missing_launches():
+    launches = [_launch(0, "a"), _launch(1, "b"), _launch(2, "c"), _launch(3, "ab"), _launch(4, "ac")]
+    done = {"x0", "x2"}   # wave 0 was interrupted after launches 0 and 2 stored their rows
+    left = pending_waves(launches, done)
+    assert [(i, [l.launch_id for l in w]) for i, w in left] == [(0, [1]), (1, [3]), (2, [4])]
+    assert pending_waves(launches, {"x0", "x1", "x2", "x3"}) == [(2, [launches[4]])]
+
+
+def test_run_wave_runs_jobs_together_and_keeps_failures_apart():
+    started = threading.Barrier(3, timeout=5)   # fails unless all three run at the same time
+
+    def run_one(job):
+        started.wait()
+        if job == "bad":
+            raise RuntimeError("this launch broke")
+        time.sleep(0.05)
+        return job.upper()
+
+    out = run_wave(["a", "bad", "c"], run_one)
+    assert [r.value for r in out] == ["A", None, "C"]
+    assert isinstance(out[1].error, RuntimeError) and out[0].error is None
+
+
+def test_schedule_prices_waves_against_one_after_another():
+    launches = [_launch(i, h, cases=("x", "y")) for i, h in enumerate(["a", "b", "c", "d"])]
+    lines = schedule_lines(launches, Estimate(15.0, {}, "--launch-cost 15s"))
+    assert lines[0].startswith("wave 0: 4 launches, 2 Cases per launch")
+    assert "projected wall time 0m15s (one launch after another: 1m00s" in lines[-1]
+
+
+def test_estimate_from_a_previous_run():
+    meta = {"launches": [{"log": "logs/launch-0.log", "wall_s": 12.0}, {"log": "logs/launch-1.log", "wall_s": 9.0},
+                         {"log": "logs/launch-2.log", "wall_s": 30.0}]}
+    rows = [{"case_id": "c0", "log": "logs/launch-0.log", "time_us": 1e6, "warmup": 1, "iters": 1}]
+    est = estimate_from_run(meta, rows, "run r")
+    assert est.case_s == {"c0": 2.0} and est.launch_s == 10.0   # median of 10, 9, 30
+
+
+def _launch_span(run, launch_id):
+    """(when the launch was started: its task file written; its last progress event)."""
+    import json
+
+    events = [json.loads(line) for line in
+              (run / "logs" / f"launch-{launch_id}.progress.jsonl").read_text().splitlines() if line.strip()]
+    return (run / "logs" / f"launch-{launch_id}-try0.json").stat().st_mtime, max(e["t"] for e in events)
+
+
+def test_per_node_wave_on_local_pseudo_hosts_runs_together_and_a_bad_host_fails_alone(tmp_path, monkeypatch):
+    """Three names of this machine (Open MPI starts each locally) plus a host that does not exist:
+    one wave of four launches; the three local ones overlap in time and succeed, the fourth fails
+    with its own rows."""
+    import json
+    import socket
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+    from tests.conftest import has_mpiexec
+
+    if not has_mpiexec():
+        pytest.skip("no mpiexec/mpi4py on this machine")
+    hosts = [socket.gethostname(), "localhost", "127.0.0.1", "no-such-host.invalid"]
+    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    suite = tmp_path / "pn.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: pn
+        defaults: {ranks: 1, warmup: 2, iters: 20, sizes: [1KiB, 64KiB, 1MiB]}
+        benchmarks:
+          - {name: node, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node}
+        """))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 1, result.output
+    rows = pd.read_csv(out / "results.csv")
+    assert set(rows.wave) == {0} and len(rows) == 12
+    assert set(rows[rows.status == "failed"].hosts) == {"no-such-host.invalid"}
+    assert set(rows[rows.status == "ok"].hosts) == set(hosts[:3])
+    launches = json.loads((out / "run.json").read_text())["launches"]
+    assert [l["wave"] for l in launches] == [0, 0, 0, 0]
+    spans = [_launch_span(out, l["launch_id"]) for l in launches if l["status"] == "ok"]
+    assert max(s for s, _ in spans) < min(e for _, e in spans)   # all three were in flight at once
