@@ -86,7 +86,11 @@ group_build() {
     tail -n 3 "$OUT/deepep-build.log" >> "$S"
   fi
   deepep_path
-  python3 -c "import deep_ep; print('deep_ep importable')" >> "$S" 2>&1 || echo "DeepEP not importable: its rows skip" >> "$S"
+  python3 -c "import deep_ep; print('deep_ep importable')" >> "$S" 2>&1 || {
+    echo "DeepEP not importable: its rows skip" >> "$S"
+    # the device machine gets the checkout, not its parent folder: bring the tarballs as .tp/
+    [ -f "$TP/deepep-v1.2.1.tar.gz" ] || echo "  no $TP/deepep-v1.2.1.tar.gz: mkdir .tp && cp ../shared/third_party/*.tar.gz .tp/, and carry .tp" >> "$S"
+  }
 }
 group_tests() {
   COMMBENCH_GPU_OUT="$OUT/allreduce-gpu" cmd pytest-allreduce 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_allreduce_gpu.py
