@@ -4,14 +4,12 @@ os.environ never sees it, so a check of os.environ alone is fooled."""
 import ctypes
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from commbench import runner, safety
 from tests.conftest import needs_mpi
+from tests.unit.sitecustomize_run import run_with_sitecustomize
 
 SWITCHES = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
@@ -61,26 +59,13 @@ def test_a_switch_off_in_both_copies_is_seen(held, monkeypatch):
 def test_a_rank_whose_c_environment_flips_refuses_to_measure(tmp_path):
     """A sitecustomize calls libc setenv in every rank: os.environ still says 0, NCCL would read 1.
     Every Case fails with the reason, and run.json does not record the switch as held."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
+    rows, meta, console = run_with_sitecustomize(
+        tmp_path,
         "import ctypes, os, sys\n"
         "if 'COMMBENCH_KILL_SWITCHES' in os.environ:   # only the ranks' environment has it\n"
-        "    ctypes.CDLL(None).setenv(b'NCCL_NVLS_ENABLE', b'1', 1)\n")
-    suite = tmp_path / "s.yaml"
-    suite.write_text(textwrap.dedent("""\
-        name: s
-        defaults: {ranks: 2, warmup: 1, iters: 2, sizes: [64B], timeout_s: 60}
-        benchmarks:
-          - {name: b, family: collectives, backends: [mpi], ops: [all_reduce]}
-        """))
-    out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", ""),
-                                                        os.getcwd()]), **SWITCHES}
-    proc = subprocess.run([sys.executable, "-m", "commbench", "run", str(suite), "--out", str(out), "--quiet"],
-                          env=env, capture_output=True, text=True, timeout=180)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert len(rows) == 1, proc.stdout + proc.stderr
+        "    ctypes.CDLL(None).setenv(b'NCCL_NVLS_ENABLE', b'1', 1)\n",
+        ["all_reduce"])
+    assert len(rows) == 1, console
     assert rows[0]["status"] == "failed" and "C environment" in rows[0]["reason"], rows[0]
-    seen = json.loads((out / "run.json").read_text())["kill_switches_seen_by_ranks"]
+    seen = meta["kill_switches_seen_by_ranks"]
     assert all("NCCL_NVLS_ENABLE" not in ranks[r] for ranks in seen.values() for r in ranks), seen

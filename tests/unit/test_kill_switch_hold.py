@@ -1,9 +1,6 @@
 """The kill switches hold against any suite (DESIGN section 7): a suite cannot set variables that
 choose code, and a rank whose switches were changed after its launch set them refuses to measure."""
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -12,6 +9,7 @@ from click.testing import CliRunner
 from commbench import safety
 from commbench.cli import cli
 from tests.conftest import needs_mpi
+from tests.unit.sitecustomize_run import run_with_sitecustomize
 
 SWITCHES = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
@@ -57,29 +55,16 @@ def test_tamper_detection():
 def test_a_rank_whose_switches_flip_at_start_refuses_to_measure(tmp_path):
     """A sitecustomize on the ranks' path (here from the starting environment) flips a switch: every
     Case becomes failed with the reason, nothing is measured, run.json records what the ranks saw."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(
+    rows, meta, console = run_with_sitecustomize(
+        tmp_path,
         "import os, sys\n"
         "if 'commbench.rank' in ' '.join(sys.argv) or os.environ.get('OMPI_COMM_WORLD_RANK'):\n"
-        "    os.environ['NCCL_NVLS_ENABLE'] = '1'\n")
-    suite = tmp_path / "s.yaml"
-    suite.write_text(textwrap.dedent("""\
-        name: s
-        defaults: {ranks: 2, warmup: 1, iters: 2, sizes: [64B], timeout_s: 60}
-        benchmarks:
-          - {name: b, family: collectives, backends: [mpi], ops: [all_reduce, broadcast]}
-        """))
-    out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", ""),
-                                                        os.getcwd()]), **SWITCHES}
-    proc = subprocess.run([sys.executable, "-m", "commbench", "run", str(suite), "--out", str(out), "--quiet"],
-                          env=env, capture_output=True, text=True, timeout=180)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert len(rows) == 2, proc.stdout + proc.stderr
+        "    os.environ['NCCL_NVLS_ENABLE'] = '1'\n",
+        ["all_reduce", "broadcast"])
+    assert len(rows) == 2, console
     for row in rows:
         assert row["status"] == "failed", row
         assert "kill switches changed inside the rank" in row["reason"]
         assert "NCCL_NVLS_ENABLE no longer set" in row["reason"]
-    seen = json.loads((out / "run.json").read_text())["kill_switches_seen_by_ranks"]
+    seen = meta["kill_switches_seen_by_ranks"]
     assert all("NCCL_NVLS_ENABLE" not in ranks[r] for ranks in seen.values() for r in ranks)
