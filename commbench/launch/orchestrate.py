@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
@@ -17,9 +18,11 @@ from .extras import require_torch_for
 from .failure_hosts import on_hosts
 from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported, settled_row,
                       variant_env)
+from .search_run import run_search
 from .supervise import run_launch
-from .waves import WaveState, pending_waves, plan_waves, run_wave
+from .waves import WaveState, pending_waves, plan_waves, run_wave, wave_timeout_s
 
+WAVE_LIMIT_REASON = "the wave's time limit ran out (wave_timeout)"
 # What the caller does with a stored run before the folder is released (plots, summary, report).
 Finish = Callable[[RunFolder, object], None]
 
@@ -70,11 +73,17 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     todo = [c for c in suite.cases if c.case_id not in done]
     display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id,
                          row_of=lambda cid: _stored_row(folder, cid))
+    limit_s = wave_timeout_s(suite.path)
+    next_id = max((l.launch_id for l in suite.launches), default=-1) + 1   # a search's launches come after
     with display:
         total = len(plan_waves(suite.launches))
         for index, wave in pending_waves(suite.launches, done):
+            if wave[0].search:   # placement: search: its waves are chosen as it runs
+                next_id = _run_search(folder, meta, suite, wave[0], by_id, done, display, index, total,
+                                      limit_s, next_id)
+                continue
             _run_wave(folder, meta, [(l, [c for c in l.case_ids if c not in done]) for l in wave],
-                      by_id, display, index, total)
+                      by_id, display, index, total, limit_s)
     close_meta(meta)
     _merge_hosts(folder, meta)
     folder.write_meta(meta)
@@ -83,14 +92,52 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     return folder.path
 
 
+def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done: set, display, index: int,
+                total: int, limit_s: float | None, next_id: int) -> int:
+    """A placement: search template run wave by wave (search_run.py); returns the next launch id."""
+    from ..suite import Suite
+    from .prepare import write_plan
+
+    templates = [by_id[c] for c in launch.case_ids if c not in done]
+    if not templates:
+        return next_id
+    record: dict = {}
+    meta.setdefault("searches", []).append(record)
+
+    def run_one_wave(launches, cases, phase):
+        by_id.update({c.case_id: c for c in cases})   # the ranks and the live display look them up
+        todo = [(l, [c for c in l.case_ids if c not in done]) for l in launches]
+        todo = [(l, p) for l, p in todo if p]
+        if not todo:   # a --resume replaying a wave it already ran
+            return
+        write_plan(folder, Suite(suite.name, suite.path, cases, launches), resume=True)
+        _grow_total(display, sum(len(p) for _l, p in todo))
+        _run_wave(folder, meta, todo, by_id, display, index, total, limit_s,
+                  extra={"search_wave": cases[0].param("wave"), "search_phase": phase})
+
+    return run_search(launch, templates, next_id, run_one_wave,
+                      lambda ids: [r for r in folder.latest_rows() if r.get("case_id") in ids], record)
+
+
+def _grow_total(display, n: int) -> None:
+    """A search's Cases are made wave by wave: the progress bar's total grows with them."""
+    progress = getattr(display, "progress", None)
+    if progress is not None and n:
+        task = progress.tasks[0]
+        progress.update(display.task, total=(task.total or 0) + n)
+
+
 def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, display, index: int,
-              total: int) -> None:
+              total: int, limit_s: float | None = None, extra: dict | None = None) -> None:
     """Run a wave's launches (each with its pending Cases) at the same time; a single launch runs
-    alone in this thread, exactly as before waves existed."""
+    alone in this thread, exactly as before waves existed. ``limit_s``: the wave's time limit
+    (a launch still running then is killed, its Cases left end as timeout rows)."""
+    deadline = time.time() + limit_s if limit_s else None
     records = []
     for launch, pending in launches:
         record = _launch_record(launch, held_off=not by_id[pending[0]].param("allow_multicast"))
         record["wave"] = index
+        record.update(extra or {})
         meta["launches"].append(record)
         records.append(record)
     folder.write_meta(meta)   # recorded as they start: a run killed mid-wave keeps them
@@ -102,7 +149,7 @@ def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, displa
     results = run_wave(
         list(zip(launches, records)),
         lambda job: _run_group(folder, job[0][0], job[0][1], by_id, display, job[1],
-                               lock=lock, cancel=cancel if concurrent else None),
+                               lock=lock, cancel=cancel if concurrent else None, deadline=deadline),
         state=state, key=lambda job: job[0][0].launch_id, cancel=cancel)
     if concurrent:   # every launch of the wave has ended: no rank writes the folder now
         folder.keep_samples(folder.done_case_ids())
@@ -135,7 +182,7 @@ def _stored_row(folder: RunFolder, case_id: str) -> dict | None:
 
 
 def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display,
-               record: dict | None = None, lock=None, cancel=None) -> dict:
+               record: dict | None = None, lock=None, cancel=None, deadline: float | None = None) -> dict:
     """Run a launch's pending Cases (relaunching after a timeout or crash); returns its run.json
     entry (``record``, updated in place, when given).
 
@@ -159,6 +206,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         with lock:
             env = variant_env(folder, launch, [by_id[cid] for cid in pending])
         wave_kw = {"cancel": cancel, "shared": True} if shared else {}   # a launch alone: as before waves
+        if deadline is not None:
+            wave_kw["deadline"] = deadline
         out = run_launch(folder.path, task, env, timeouts, on_event=_locked(display.event, lock),
                          allow_multicast=allow_mc, keep_fds=folder.lock_fds(), **wave_kw)
         record["wall_s"] += out.wall_s
@@ -179,12 +228,15 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         if victim and victim in done_now:
             finished.add(victim)  # its row landed just before the kill: keep the measurement
             victim = None
+        wave_over = deadline is not None and time.time() >= deadline
         if victim:
             status = "timeout" if out.timed_out_case else "failed"
             tail = _log_tail(folder.path / log)
             reason = (f"no progress for {by_id[victim].timeout_s:.0f} s; launch killed, rank stacks in "
                       f"logs/launch-{launch.launch_id}.rank*.stacks.txt"
                       if status == "timeout" else f"ranks exited with status {out.returncode}")
+            if status == "timeout" and wave_over:
+                reason = f"{WAVE_LIMIT_REASON}; launch killed, rank stacks in logs/launch-{launch.launch_id}.rank*.stacks.txt"
             reason += on_hosts(folder.path, launch)
             with lock:
                 folder.append_row(settled_row(by_id[victim], status, f"{reason} (log {log}): {tail}", log,
@@ -205,6 +257,14 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
             record.update(status="failed", reason=reason)
             break
         pending = [cid for cid in pending if cid not in finished]
+        if wave_over and pending:   # no time left in this wave: its Cases not run end as timeout rows
+            reason = f"{WAVE_LIMIT_REASON} before this Case ran{on_hosts(folder.path, launch)} (log {log})"
+            for cid in pending:
+                with lock:
+                    folder.append_row(settled_row(by_id[cid], "timeout", reason, log, launch.ranks))
+                    display.event({"event": "done", "case_id": cid, "status": "timeout"})
+            record.update(status="timeout", reason=reason)
+            break
         attempt += 1
     # rank 0 may have been killed between a row's JSONL line and its CSV line: re-mirror
     if not shared:

@@ -47,13 +47,14 @@ def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
 
 def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts: dict[str, float],
                on_event=None, allow_multicast: bool = False, keep_fds: tuple[int, ...] = (),
-               cancel=None, shared: bool = False) -> LaunchOutcome:
+               cancel=None, shared: bool = False, deadline: float | None = None) -> LaunchOutcome:
     """Start one launch for ``task['case_ids']`` and supervise it until it ends or is killed.
 
     ``keep_fds`` stay open in the launcher for as long as it runs (the run folder's lock).
     ``cancel`` (a threading.Event) set by the caller kills the launch as Ctrl-C would. ``shared``:
     other launches of the same wave write the folder too, so a timeout does not cut the folder's
-    files back to their length at the verdict (that would cut their rows)."""
+    files back to their length at the verdict (that would cut their rows). ``deadline`` (time.time()):
+    the wave's time limit, past which the launch is killed as a hang."""
     task_path = run_dir / "logs" / f"launch-{task['launch_id']}-try{task['attempt']}.json"
     task_path.write_text(json.dumps(task))
     progress = Path(task["progress"])
@@ -78,7 +79,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         timed_out = None
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
-                                            log, started, finished, cancel, shared)
+                                            log, started, finished, cancel, shared, deadline)
         except BaseException:
             # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
             _kill(proc)
@@ -91,7 +92,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
 
 def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
                log, started: list, finished: list, cancel=None,
-               shared: bool = False) -> tuple[str | None, str | None]:
+               shared: bool = False, deadline: float | None = None) -> tuple[str | None, str | None]:
     """Follow progress events until the ranks exit or the current Case overruns its timeout.
 
     Returns (timed-out case id or None, case in progress when it ended or None)."""
@@ -115,7 +116,8 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             raise KeyboardInterrupt   # the wave was interrupted: kill this launch like Ctrl-C
         limit = timeouts.get(current, 0) if current else (
             STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
-        if time.time() - current_t > limit:
+        over = deadline is not None and time.time() >= deadline   # the wave's time limit
+        if over or time.time() - current_t > limit:
             timed_out = current or _next_case(task, finished)
             # What rank 0 stores from now on comes after the verdict (a stopped rank woken by the
             # kill may still finish the Case): it is cut off once every rank is dead.
@@ -124,7 +126,7 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             _kill(proc)
             if marks is not None:
                 truncate_to(run_dir, marks)
-            log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
+            log.write(f"\n=== commbench: killed {'at the wave time limit' if over else f'after {limit:.0f} s without progress'} "
                       f"(case {timed_out})\n")
             return timed_out, current
         time.sleep(0.1)

@@ -16,6 +16,34 @@ from typing import Callable, Sequence
 
 
 WAVES_VAR = "COMMBENCH_WAVES"   # "0": every launch a wave alone, as before waves (for comparisons)
+WAVE_TIMEOUT_VAR = "COMMBENCH_WAVE_TIMEOUT"   # the wave time limit from the command line (over the suite's)
+WAVE_TIMEOUT_KEY = "wave_timeout"
+PREVIEW_WAVES = 4   # a --dry-run shows a search's first waves (those of a run in which every group passes)
+
+
+def wave_timeout_s(suite_path) -> float | None:
+    """The most one wave may take, in seconds: COMMBENCH_WAVE_TIMEOUT, else the suite's top-level
+    ``wave_timeout``, else None (no limit; each Case keeps its own ``timeout_s``)."""
+    from pathlib import Path
+
+    from ..errors import CommbenchError
+    from ..suite.yaml_lines import load_yaml
+    from ..units import parse_duration
+
+    given = os.environ.get(WAVE_TIMEOUT_VAR, "").strip()
+    where = WAVE_TIMEOUT_VAR
+    if not given:
+        doc = load_yaml(Path(suite_path), CommbenchError)
+        if not isinstance(doc, dict) or doc.get(WAVE_TIMEOUT_KEY) is None:
+            return None
+        given, where = doc[WAVE_TIMEOUT_KEY], f"{suite_path}:{doc.line_of(WAVE_TIMEOUT_KEY)}: field '{WAVE_TIMEOUT_KEY}'"
+    try:
+        seconds = parse_duration(given)
+    except ValueError as exc:
+        raise CommbenchError(f"{where}: {exc}") from None
+    if seconds <= 0:
+        raise CommbenchError(f"{where}: a wave time limit must be above 0 s")
+    return seconds
 
 
 def plan_waves(launches: Sequence) -> list[list]:
@@ -27,6 +55,10 @@ def plan_waves(launches: Sequence) -> list[list]:
     busy: set[str] = set()
     for launch in launches:
         hosts = set(launch.hosts)
+        if launch.search:   # placement: search: a wave of its own, whose waves are chosen as it runs
+            waves.append([launch])
+            busy = set()
+            continue
         if hosts and waves and busy and not (hosts & busy) and waves[-1][0].hosts:
             waves[-1].append(launch)
             busy |= hosts
@@ -133,8 +165,15 @@ def schedule_lines(launches: Sequence, estimate: Estimate | None) -> list[str]:
     """The schedule as text: one line per wave (launches, Cases per launch, projected wall time)
     and the totals, waves against one launch after another."""
     waves = plan_waves(launches)
-    lines, total_s, serial_s = [], 0.0, 0.0
+    lines, total_s, serial_s, n_waves, n_launches = [], 0.0, 0.0, len(waves), len(launches)
     for i, wave in enumerate(waves):
+        if wave[0].search:
+            text, wall_s, serial, worst, shown = _search_lines(wave[0], estimate)
+            lines += text
+            total_s += wall_s
+            serial_s += serial
+            n_waves, n_launches = n_waves + worst - 1, n_launches + shown - 1
+            continue
         cases = [len(l.case_ids) for l in wave]
         hosts = sorted({h for l in wave for h in l.hosts})
         text = (f"wave {i}: {len(wave)} launch{'es' if len(wave) != 1 else ''}, "
@@ -147,11 +186,39 @@ def schedule_lines(launches: Sequence, estimate: Estimate | None) -> list[str]:
             serial_s += sum(walls)
             text += f", ~{_hms(max(walls))}"
         lines.append(text)
-    summary = f"{len(waves)} waves, {len(launches)} launches, {sum(len(l.case_ids) for l in launches)} Cases"
+    summary = (f"{n_waves} waves, {n_launches} launches, {sum(len(l.case_ids) for l in launches)} Cases"
+               + (" (a search: its worst case in waves, its first waves' launches)"
+                  if any(l.search for l in launches) else ""))
     if estimate is not None:
         summary += (f"; projected wall time {_hms(total_s)} (one launch after another: {_hms(serial_s)}; "
                     f"{estimate.source})")
     return lines + [summary]
+
+
+def _search_lines(launch, estimate: Estimate | None) -> tuple[list[str], float, float, int, int]:
+    """A search's schedule: its first waves (every group passing), and its worst-case waves; the
+    projected time counts the worst case at the cost of one group's launch a wave."""
+    from .search_plan import SETTINGS, preview, worst_case_waves
+
+    settings = {k: v for k, v in launch.search if k in SETTINGS}
+    cases = len(launch.case_ids)
+    lines = [f"search over {len(launch.hosts)} hosts ({cases} Case{'s' if cases != 1 else ''} per launch), "
+             f"waves chosen from the last one's results; the first ones when every group passes:"]
+    shown = preview(launch.hosts, PREVIEW_WAVES, **settings)
+    launches = 0
+    for j, (phase, groups) in enumerate(shown):
+        sizes = sorted({len(g) for g in groups})
+        launches += len(groups)
+        lines.append(f"  search wave {j} ({phase}): {len(groups)} launch{'es' if len(groups) != 1 else ''} "
+                     f"of {'-'.join(map(str, sizes[::max(1, len(sizes) - 1)]))} host(s)")
+    worst = worst_case_waves(**{k: v for k, v in settings.items() if k != "seed"})
+    text = f"  at most about {worst} waves (a few bad parts; suspects that find a proven-good partner)"
+    wall_s = serial_s = 0.0
+    if estimate is not None:
+        one = estimate.launch_s + sum(estimate.case_s.get(cid, 0.0) for cid in launch.case_ids)
+        wall_s, serial_s = worst * one, max(launches, 1) * one
+        text += f", ~{_hms(wall_s)}"
+    return lines + [text], wall_s, serial_s, worst, launches
 
 
 def _hms(seconds: float) -> str:

@@ -13,8 +13,8 @@ from ..families.base import Case, Family
 from ..safety import suite_env_refusal
 from ..units import format_size, parse_size
 from .limits import MAX_SIZE_BYTES, SuiteLimits, factor_sweep_points
-from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, PROFILES, TIMINGS, SuiteErrors,
-                     as_list)
+from .schema import (ENV_NAME, ALIASES, BENCH_KEYS, LARGE_BYTES, PLACEMENTS, PROFILES, SEARCH_DEFAULTS, TIMINGS,
+                     SuiteErrors, as_list)
 from .yaml_lines import LineDict
 
 
@@ -195,12 +195,9 @@ def _ranks(b: _Bench, gpu_count: int) -> list[tuple[int, int | None]]:
 
 
 def _host_groups(b: _Bench) -> list[tuple[str, ...]]:
-    """() = anywhere; else one group per host (per_node) or per pair of hosts (pairs)."""
+    """() = anywhere; else one group per host (per_node) or per pair of hosts (pairs); for search, one
+    group of every host (the template the launcher places wave by wave: launch/search_run.py)."""
     placement = b.get("placement", "together")
-    if placement == "search":   # the planner exists (analysis/accept/search.py); the launcher does not run it yet
-        b.add("placement", "search is not wired to the launcher yet: use per_node or pairs (docs/accept.md, "
-                           "\"Strategies\")")
-        return [()]
     if placement not in PLACEMENTS:
         b.add("placement", f"unknown placement {placement!r} (known: {', '.join(PLACEMENTS)})")
         return [()]
@@ -212,10 +209,45 @@ def _host_groups(b: _Bench) -> list[tuple[str, ...]]:
     if placement == "per_node":
         return [(h,) for h in hosts]
     if len(hosts) < 2:
-        b.add("placement", f"pairs needs at least 2 hosts, found {hosts} (set COMMBENCH_HOSTS or run in a "
+        b.add("placement", f"{placement} needs at least 2 hosts, found {hosts} (set COMMBENCH_HOSTS or run in a "
                            f"Slurm allocation)")
         return [()]
+    if placement == "search":
+        return [tuple(hosts)]
     return [pair for rnd in round_robin_pairs(hosts) for pair in rnd]
+
+
+def _search_settings(b: _Bench) -> tuple[tuple[str, object], ...]:
+    """placement: search's settings (schema.SEARCH_DEFAULTS filled in), or () for other placements."""
+    given = b.get("search")
+    if b.get("placement", "together") != "search":
+        if given is not None:
+            b.add("search", "applies to placement: search only")
+        return ()
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        b.add("search", f"a mapping of {', '.join(SEARCH_DEFAULTS)}")
+        return tuple(SEARCH_DEFAULTS.items())
+    out = dict(SEARCH_DEFAULTS)
+    for key, value in given.items():
+        default = SEARCH_DEFAULTS.get(key)
+        if default is None:
+            b.add(f"search.{key}", f"unknown setting (known: {', '.join(SEARCH_DEFAULTS)})")
+        elif isinstance(default, str):
+            if not isinstance(value, str) or not value.strip():
+                b.add(f"search.{key}", f"a results column name, got {value!r}")
+            else:
+                out[key] = value
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or (isinstance(default, int) and not isinstance(value, int)) \
+                or value < (0 if key in ("seed", "matchings") else 1 if isinstance(default, int) else 0) \
+                or (key == "min_share" and value > 1):
+            what = ("a whole number >= 0" if key in ("seed", "matchings") else "a whole number >= 1"
+                    if isinstance(default, int) else "a number in 0..1" if key == "min_share" else "a number >= 0")
+            b.add(f"search.{key}", f"expected {what}, got {value!r}")
+        else:
+            out[key] = value
+    return tuple(out.items())
 
 
 def _wave_of(groups: list[tuple[str, ...]]) -> dict[tuple[str, ...], int]:
@@ -336,6 +368,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     counts = _counts(b)
     ranks_list = _ranks(b, gpu_count)
     host_groups = _host_groups(b)
+    search = _search_settings(b)
     timings = _timings(b)
     profile = _profile(b)
     env_lists = _env_lists(b)
@@ -360,8 +393,9 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
             host_groups, ranks_list, env_variants, ops, backends, dtypes, timings,
             itertools.product(*param_lists.values()), sizes):
         rpn = int(counts["ranks_per_node"] or per_node or ranks)
-        # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group
-        n_ranks = rpn * len(hosts) if hosts else ranks
+        # placed: ranks_per_node ranks (default: `ranks`) on each named host of the group; a search's
+        # template holds one node's ranks (its groups get rpn x their hosts: launch/search_run.py)
+        n_ranks = rpn if search else rpn * len(hosts) if hosts else ranks
         cases.append(fam.finalize_case(Case(
             suite=suite_name, bench=bname, family=fam.name, op=op, backend=backend,
             variant=_variant_label(envv, varying, env_lists), env=tuple(sorted(envv.items())),
@@ -371,7 +405,9 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
             timing=timing, ranks=n_ranks, ranks_per_node=min(rpn, n_ranks),
             timeout_s=float(counts["timeout_s"]), hosts=hosts,
             profile="" if profile == "none" else profile), explicit))
-        if hosts:   # the `wave` column: launches of one wave run at the same time (launch/waves.py)
+        if search:   # the launcher runs it wave by wave; its settings travel with the template
+            cases[-1] = dataclasses.replace(cases[-1], params=cases[-1].params + (("search", search),))
+        elif hosts:   # the `wave` column: launches of one wave run at the same time (launch/waves.py)
             cases[-1] = dataclasses.replace(cases[-1], params=cases[-1].params + (("wave", wave_of[hosts]),))
     _reject_values_that_never_run(b, fam, cases)
     return [] if len(err.items) > n_err else cases

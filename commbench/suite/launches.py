@@ -25,6 +25,7 @@ class Launch:
     case_ids: tuple[str, ...]
     hosts: tuple[str, ...] = ()
     nccl_profile: bool = False   # ranks load commbench's NCCL profiler plugin
+    search: tuple = ()   # placement: search's settings: a template over ``hosts``, run wave by wave
 
 
 def group_launches(cases: list[Case]) -> list[Launch]:
@@ -32,13 +33,14 @@ def group_launches(cases: list[Case]) -> list[Launch]:
     in first-seen order."""
     groups: dict[tuple, list[Case]] = {}
     for c in cases:
-        key = (c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast")), c.hosts, c.profile == "nccl")
+        key = (c.ranks, c.ranks_per_node, c.env, bool(c.param("allow_multicast")), c.hosts, c.profile == "nccl",
+               c.param("search") or ())
         groups.setdefault(key, []).append(c)
     out = []
-    for i, ((ranks, rpn, env, _mc, hosts, nccl_profile), cs) in enumerate(groups.items()):
+    for i, ((ranks, rpn, env, _mc, hosts, nccl_profile, search), cs) in enumerate(groups.items()):
         out.append(Launch(launch_id=i, ranks=ranks, ranks_per_node=rpn, env=env,
                           variant=cs[0].variant, case_ids=tuple(c.case_id for c in cs), hosts=hosts,
-                          nccl_profile=nccl_profile))
+                          nccl_profile=nccl_profile, search=search))
     return out
 
 

@@ -28,10 +28,17 @@ COMMON_KEYS: dict[str, str] = {
     "profile": "none (default) | torch (torch.profiler trace of the timed batch) | nccl (commbench's NCCL "
                "profiler plugin: kernel time per channel, algorithm, proxy steps); docs/profiling.md",
     "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
-                 "in rounds of disjoint pairs); hosts from COMMBENCH_HOSTS or the Slurm allocation. "
-                 "search (docs/accept.md, \"Strategies\") is refused until the launcher runs its waves",
+                 "in rounds of disjoint pairs) | search (waves of host groups chosen from the last wave's "
+                 "results: docs/accept.md, \"Strategies\"); hosts from COMMBENCH_HOSTS or the Slurm allocation",
+    "search": "settings of placement: search: {seed, matchings, group_size, confirmations, max_waves, "
+              "metric, max_excess_pct, min_share} (docs/accept.md, \"Strategies\")",
 }
-PLACEMENTS = ("together", "per_node", "pairs")
+PLACEMENTS = ("together", "per_node", "pairs", "search")
+# placement: search's settings and their defaults: the planner's (launch/search_plan.py) and how a
+# group's rows are judged (launch/search_judge.py)
+SEARCH_DEFAULTS: dict[str, int | float | str] = {
+    "seed": 0, "matchings": 2, "group_size": 8, "confirmations": 2, "max_waves": 40,
+    "metric": "time_us", "max_excess_pct": 50.0, "min_share": 0.5}
 PROFILES = ("none", "torch", "nccl")
 BENCH_KEYS: dict[str, str] = {"name": "benchmark name (unique in the suite)",
                               "family": "benchmark family (see `commbench list`)", **COMMON_KEYS}
@@ -42,6 +49,8 @@ TOP_KEYS: dict[str, str] = {
     "benchmarks": "list of benchmarks",
     "rules": "acceptance rules (read by `commbench accept`, ignored by `run`)",
     "duration": "burn-in: run the suite pass after pass for this long (8h, 30m, 90s; `run --duration`)",
+    "wave_timeout": "the most one wave of launches may take (20m, 90s); a launch still running then ends "
+                    "as timeout rows (COMMBENCH_WAVE_TIMEOUT overrides it; default: no wave limit)",
 }
 ALIASES = {"op": "ops", "backend": "backends", "dtype": "dtypes"}
 LARGE_BYTES = 64 * 1024**2

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.analysis.accept.search import Outcome, SearchPlanner
+from commbench.launch.search_plan import Outcome, SearchPlanner, preview, worst_case_waves
 from commbench.analysis.accept.simulate import run_one
-from commbench.analysis.accept.verdict import search_verdicts
+from commbench.analysis.accept.verdict import search_verdicts  # noqa: F401  (accept's public face)
 
 
 def drive(planner: SearchPlanner, slow_nodes=(), slow_net=(), slow_links=(), slow_gpu=None, gpus=4):
@@ -93,13 +93,44 @@ def test_the_simulator_names_the_bad_parts_at_1024_nodes(bad):
     assert r["waves"] <= 40 and r["true"] == bad and r["named"] == bad and r["right_part"] == bad
 
 
-def test_placement_search_is_refused_until_the_launcher_runs_it(tmp_path, monkeypatch):
+def test_placement_search_needs_two_hosts(tmp_path, monkeypatch):
     from commbench.errors import SuiteError
     from commbench.suite import load_suite
 
-    monkeypatch.setenv("COMMBENCH_HOSTS", "a,b,c,d")
+    monkeypatch.setenv("COMMBENCH_HOSTS", "a")
     p = tmp_path / "s.yaml"
     p.write_text("name: s\nbenchmarks:\n  - {name: x, family: collectives, ops: [all_reduce], backends: [nccl], "
                  "ranks: 8, sizes: [1MiB], placement: search}\n")
-    with pytest.raises(SuiteError, match="search is not wired to the launcher yet"):
+    with pytest.raises(SuiteError, match="search needs at least 2 hosts"):
         load_suite(p, gpu_count=8)
+
+
+def test_each_wave_names_its_phase_and_the_preview_is_a_passing_search():
+    p = SearchPlanner(NODES, seed=4)
+    phases = []
+    while (w := p.next_wave()) is not None:
+        phases.append(p.phase)
+        p.observe({g: not ("n04" in g and len(g) > 1) for g in w})
+    assert phases[:4] == ["alone", "match", "match", "groups"] and "confirm" in phases
+    assert [ph for ph, _g in preview(NODES, 10, seed=4)] == ["alone", "match", "match", "groups"]
+    assert worst_case_waves() == 13 and worst_case_waves(matchings=1, group_size=16) == 13
+    assert len(phases) <= worst_case_waves()
+
+
+def test_the_verdict_replays_the_stored_outcomes_and_refuses_a_foreign_or_unfinished_record():
+    from commbench.analysis.accept.search_check import search_checks
+
+    p, record = SearchPlanner(NODES, seed=5), {"nodes": NODES, "settings": {"seed": 5}, "waves": [], "bench": "b"}
+    while (w := p.next_wave()) is not None:
+        outcome = {g: "n09" not in g for g in w}
+        record["waves"].append({"wave": p.waves, "phase": p.phase,
+                                "groups": [{"hosts": list(g), "passed": ok, "why": "x"} for g, ok in outcome.items()]})
+        p.observe(outcome)
+    assert [v.check for v in search_checks({"searches": [record]})] == ["strategy search (b)"]   # not done
+    record["done"] = True
+    checks = search_checks({"searches": [record]})
+    assert [v.check for v in checks] == ["strategy search (b)", "bad node n09"]
+    assert "last failure: wave" in checks[1].reason
+    record["settings"] = {"seed": 6}
+    [foreign] = search_checks({"searches": [record]})
+    assert not foreign.passed and "not the planner's" in foreign.reason

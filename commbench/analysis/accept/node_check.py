@@ -73,6 +73,8 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
         return []
     out = []
     placed = df[df["hosts"].notna() & (df["hosts"].astype(str) != "")]
+    if "search_phase" in placed.columns:   # a search's groups are judged by its own check (search_check.py)
+        placed = placed[placed["search_phase"].isna()]
     pairs = placed[placed["hosts"].astype(str).str.contains(",")]
     if not pairs.empty:
         passed, why = {}, {}
@@ -123,6 +125,8 @@ def with_pair_findings(findings: pd.DataFrame, run: Run, ruleset: RuleSet) -> pd
     if ruleset.localize is None or "hosts" not in df.columns:
         return findings
     pairs = df[df["hosts"].notna() & df["hosts"].astype(str).str.contains(",")]
+    if "search_phase" in pairs.columns:
+        pairs = pairs[pairs["search_phase"].isna()]
     loc = ruleset.localize
     extra = as_findings(compare_pairs(pairs, loc.pair_metric, loc.min_excess_pct, loc.min_share,
                                       loc.pair_min_excess_us))

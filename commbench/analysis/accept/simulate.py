@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .search import Outcome, SearchPlanner
+from commbench.launch.search_plan import Outcome, SearchPlanner
 
 FAULTS = ("node", "gpu", "network")
 SECONDS_PER_WAVE = 15.0   # a wave costs its slowest launch

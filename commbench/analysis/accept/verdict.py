@@ -8,6 +8,7 @@ from .node_check import late_verdicts, node_verdicts, placement_verdicts, row_ve
 from .outcome import Verdict
 from .rule_check import POINT_KEY, evaluate_rule, select
 from .rules import RuleSet, check_columns, with_derived_columns
+from .search_check import search_checks, search_verdicts
 from commbench.runfolder.reader import Run
 
 # Callers import these from here (the verdict's public face); they live in the modules above.
@@ -25,6 +26,7 @@ def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[l
     verdicts += row_verdicts(run, ruleset.require_all_ok)
     nodes, findings = node_verdicts(run, ruleset)
     nodes += placement_verdicts(run, ruleset, baseline)
+    nodes += search_checks(run.meta)   # placement: search (analysis/accept/search_check.py)
     findings = with_pair_findings(findings, run, ruleset)
     suspects = ", ".join(v.check.split(" ", 2)[2] for v in nodes if v.check.startswith("slow host"))
     if suspects:
@@ -72,17 +74,3 @@ def accept_document(run: Run, ruleset: RuleSet, verdicts: list[Verdict], finding
                  "median and MAD across hosts (needs 3 or more).")
         sec.table(findings, "no per-rank samples to compare")
     return doc
-
-
-def search_verdicts(summary: dict) -> list[Verdict]:
-    """The `search` strategy's verdicts (analysis/accept/search.py, SearchPlanner.summary()): one line
-    saying what ran and how long it took, then one failing check per name, with its confidence."""
-    found = summary["findings"]
-    cost = f"{summary['waves']} waves, {summary['launches']} launches over {summary['nodes']} nodes"
-    out = [Verdict(f"strategy {summary['strategy']}", "node", not found, cost, "no node, GPU or link named",
-                   f"{cost}; {summary['proven_good']} nodes proven good in a passing group of two or more; "
-                   f"named {len(summary['bad'])} bad, {len(summary['suspect'])} suspect", "host groups")]
-    for f in found:
-        out.append(Verdict(f"{f.confidence} {f.level} {f.name}", "node", False, f.confidence,
-                           "passes alone and in groups", f.evidence, "host groups"))
-    return out

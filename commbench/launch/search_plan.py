@@ -1,7 +1,10 @@
 """Find the bad nodes without all pairs: waves of disjoint host groups, chosen from the last results.
 
-Pure planning, nothing launched: ``next_wave()`` gives host groups that may run at the same time,
-``observe()`` takes each group's pass/fail (and, for nodes alone, per-GPU values when measured).
+Pure planning, nothing launched: ``next_wave()`` gives host groups that may run at the same time
+(``phase`` names the step that chose them), ``observe()`` takes each group's pass/fail (and, for
+nodes alone, per-GPU values when measured). The launcher (launch/search_run.py), the simulator
+(analysis/accept/simulate.py) and accept's verdict (which replays the outcomes a run stored) drive
+this one planner, so the three name the same parts from the same outcomes.
 
 1. every node alone (one wave), and a node that fails alone twice more (a failure may be a flaky
    launch): then it is bad, and per-GPU values of the first wave name the GPU;
@@ -23,10 +26,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .localize import blame_pairs, robust_z
+from .blame import blame_pairs, robust_z
 
 Group = tuple[str, ...]
 STRATEGY = "search"
+# alone: every node alone; again: a node that failed alone, once more; match: a random perfect
+# matching; groups: groups of group_size; halves: halves of failing groups; confirm: suspects
+# paired with proven-good nodes; link: a failing pair of cleared nodes, once more
+PHASES = ("alone", "again", "match", "groups", "halves", "confirm", "link")
+SETTINGS = ("seed", "matchings", "group_size", "confirmations", "max_waves")   # the suite's `search:` keys
 ALONE_TRIES = 3   # a node is named from its own launches only after failing alone this many times in a row
 LINK_TRIES = 3   # a pair of nodes that pass elsewhere is named only after failing this many times in a row
 
@@ -69,11 +77,13 @@ class SearchPlanner:
         self.matchings, self.group_size = matchings, max(2, group_size)
         self.confirmations, self.max_waves = confirmations, max_waves
         self.gpu_z_threshold = gpu_z_threshold
+        self._suspect_wave = True
         self.state = {n: _Node() for n in self.nodes}
         self.waves = self.launches = 0
         self.findings_alone: list[Finding] = []
         self.pair_results: dict[Group, list[bool]] = {}
         self._phase, self._matching, self._failing, self._wave = "alone", 0, [], None
+        self.phase = ""   # the step that chose the wave in flight (PHASES)
         self._gpu_z = pd.Series(dtype=float)
 
     # -- planning -----------------------------------------------------------------------------
@@ -82,11 +92,13 @@ class SearchPlanner:
         if self._wave is not None:
             raise RuntimeError("observe() the last wave before asking for the next")
         while self.waves < self.max_waves:
+            phase = self._phase   # _plan may move on to the next step as it plans this one
             wave = self._plan()
             if wave is None:
                 return None
             if wave:
                 self._wave = wave
+                self.phase = phase if phase != "confirm" or self._suspect_wave else "link"
                 return wave
         return None
 
@@ -124,12 +136,14 @@ class SearchPlanner:
         good = [n for n in self.nodes if self.state[n].good]
         pending = [n for n in self.suspects() if self.state[n].confirm_fails < self.confirmations]
         wave, used = [], set()
+        self._suspect_wave = True
         for s in pending:
             partner = next((g for g in good if g not in used and g not in self.state[s].partners_tried), None)
             if partner is not None:
                 used.add(partner)
                 wave.append((s, partner))
         if not wave:   # suspects done: a failing pair whose two nodes passed elsewhere, once more
+            self._suspect_wave = False
             for p in self._cleared_failing_pairs():   # disjoint ones now, the others in a later wave
                 if len(self.pair_results[p]) < LINK_TRIES and not any(self.pair_results[p]) \
                         and not used.intersection(p):
@@ -241,3 +255,21 @@ def _chunks(order: list[str], size: int) -> list[Group]:
         last = groups.pop()
         groups[-1] += last
     return groups
+
+
+def worst_case_waves(matchings: int = 2, group_size: int = 8, confirmations: int = 2,
+                     max_waves: int = 40) -> int:
+    """The most waves a search takes while every suspect finds a proven-good partner in one wave:
+    alone, twice again, the matchings, the groups, each halving down to pairs, the confirmations and
+    the link retries. More only when suspects outnumber proven-good nodes; never above max_waves."""
+    halvings = max(0, (max(2, group_size) - 1).bit_length() - 1)
+    return min(max_waves, 1 + (ALONE_TRIES - 1) + matchings + 1 + halvings + confirmations + LINK_TRIES)
+
+
+def preview(nodes, waves: int = 4, **settings) -> list[tuple[str, list[Group]]]:
+    """The first waves of a search in which every launch passes: (phase, groups) each."""
+    planner, out = SearchPlanner(nodes, **settings), []
+    while len(out) < waves and (wave := planner.next_wave()) is not None:
+        out.append((planner.phase, wave))
+        planner.observe({g: True for g in wave})
+    return out

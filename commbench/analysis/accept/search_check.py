@@ -1,0 +1,75 @@
+"""Accept's verdict on a `placement: search` run: the planner replayed from the outcomes the run
+stored (run.json's ``searches``), so the verdict names exactly what the run's waves found.
+
+The replay feeds the planner (launch/search_plan.py) each stored wave's outcomes; the waves it
+asks for must be the ones stored (same seed, same outcomes), else the record does not belong to
+this planner and the check fails with the reason. A search the run did not finish (interrupted)
+fails too: its names would be half made.
+"""
+from __future__ import annotations
+
+from commbench.launch.search_plan import SETTINGS, Outcome, SearchPlanner
+from .outcome import Verdict
+
+
+def replay(record: dict) -> tuple[dict | None, str]:
+    """(the planner's summary, '') or (None, why the record cannot be replayed)."""
+    try:
+        settings = {k: v for k, v in dict(record.get("settings", {})).items() if k in SETTINGS}
+        planner = SearchPlanner(record["nodes"], **settings)
+        for stored in record["waves"]:
+            asked = planner.next_wave()
+            groups = [tuple(g["hosts"]) for g in stored["groups"]]
+            if asked is None or sorted(map(tuple, asked)) != sorted(groups):
+                return None, f"search wave {stored.get('wave')}: the stored groups are not the planner's"
+            planner.observe({tuple(g["hosts"]): Outcome(bool(g["passed"])) for g in stored["groups"]})
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        return None, f"run.json's search record is damaged ({exc})"
+    if not record.get("done") or planner.next_wave() is not None:
+        return None, f"the search stopped after {len(record['waves'])} wave(s) (interrupted?): continue it with --resume"
+    return planner.summary(), ""
+
+
+def search_checks(meta: dict) -> list[Verdict]:
+    """Verdicts of every search the run holds (none for a run without one)."""
+    out = []
+    for record in meta.get("searches") or []:
+        if not isinstance(record, dict):
+            continue
+        summary, why = replay(record)
+        bench = record.get("bench", "?")
+        if summary is None:
+            out.append(Verdict(f"strategy search ({bench})", "node", False, "not judged", "a finished search",
+                               why, "host groups"))
+            continue
+        out += search_verdicts({**summary, "bench": bench}, _reasons(record))
+    return out
+
+
+def _reasons(record: dict) -> dict[tuple, str]:
+    """Each failing group's reason from its last failing wave, for the names' evidence."""
+    out = {}
+    for wave in record.get("waves", []):
+        for g in wave.get("groups", []):
+            if not g.get("passed"):
+                out[tuple(sorted(g["hosts"]))] = f"wave {wave.get('wave')} ({wave.get('phase')}): {g.get('why')}"
+    return out
+
+
+def search_verdicts(summary: dict, reasons: dict | None = None) -> list[Verdict]:
+    """The `search` strategy's verdicts (SearchPlanner.summary()): one line saying what ran, how many
+    waves and launches it took and how sure its names are, then one failing check per name (a node
+    is "bad" when it failed alone or in two or more failing groups, "suspect" in one only; a link
+    is named only after failing 3 times while both its nodes pass with other partners)."""
+    found = summary["findings"]
+    bench = f" ({summary['bench']})" if summary.get("bench") else ""
+    cost = f"{summary['waves']} waves, {summary['launches']} launches over {summary['nodes']} nodes"
+    out = [Verdict(f"strategy search{bench}", "node", not found, cost, "no node, GPU or link named",
+                   f"{cost}; {summary['proven_good']} nodes proven good in a passing group of two or more; "
+                   f"named {len(summary['bad'])} bad, {len(summary['suspect'])} suspect", "host groups")]
+    for f in found:
+        seen = [why for group, why in (reasons or {}).items() if set(f.nodes) <= set(group)]
+        evidence = f.evidence + (f"; last failure: {seen[-1]}" if seen else "")
+        out.append(Verdict(f"{f.confidence} {f.level} {f.name}", "node", False, f.confidence,
+                           "passes alone and in groups", evidence, "host groups"))
+    return out
