@@ -66,6 +66,9 @@ def check_job_shape(world, suite) -> None:
     """Stop at start, on every rank with the same message, when this job cannot run the suite:
     a PMI mismatch, or no launch group whose rank count is the job's size."""
     problem = pmi_mismatch(world.size)
+    if problem is None and any(l.search for l in suite.launches):
+        problem = ("placement: search starts a launch per group of hosts, wave by wave: run commbench "
+                   "outside mpiexec/srun (inside the allocation) so it starts them itself.")
     if problem is None and suite.launches and all(l.ranks != world.size for l in suite.launches):
         wanted = sorted({l.ranks for l in suite.launches})
         problem = (f"this MPI job has {world.size} rank(s) and suite {suite.path} asks for "

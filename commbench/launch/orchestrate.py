@@ -20,7 +20,7 @@ from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported,
                       variant_env)
 from .search_run import run_search
 from .supervise import run_launch
-from .waves import WaveState, pending_waves, plan_waves, run_wave, wave_timeout_s
+from .waves import WaveState, pending_waves, plan_waves, run_wave, wave_timeout_s, waves_on
 
 WAVE_LIMIT_REASON = "the wave's time limit ran out (wave_timeout)"
 # What the caller does with a stored run before the folder is released (plots, summary, report).
@@ -95,6 +95,7 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
 def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done: set, display, index: int,
                 total: int, limit_s: float | None, next_id: int) -> int:
     """A placement: search template run wave by wave (search_run.py); returns the next launch id."""
+    from ..runfolder.reader import load_samples
     from ..suite import Suite
     from .prepare import write_plan
 
@@ -112,11 +113,13 @@ def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done:
             return
         write_plan(folder, Suite(suite.name, suite.path, cases, launches), resume=True)
         _grow_total(display, sum(len(p) for _l, p in todo))
-        _run_wave(folder, meta, todo, by_id, display, index, total, limit_s,
-                  extra={"search_wave": cases[0].param("wave"), "search_phase": phase})
+        extra = {"search_wave": cases[0].param("wave"), "search_phase": phase}
+        for part in ([todo] if waves_on() else [[job] for job in todo]):   # COMMBENCH_WAVES=0: one by one
+            _run_wave(folder, meta, part, by_id, display, index, total, limit_s, extra=extra)
 
     return run_search(launch, templates, next_id, run_one_wave,
-                      lambda ids: [r for r in folder.latest_rows() if r.get("case_id") in ids], record)
+                      lambda ids: [r for r in folder.latest_rows() if r.get("case_id") in ids], record,
+                      samples_of=lambda: load_samples(folder.path))
 
 
 def _grow_total(display, n: int) -> None:

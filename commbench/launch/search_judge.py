@@ -6,7 +6,9 @@ size) and group size, the group's ``metric`` is compared with the median of the 
 every group of that size measured so far in the search (this wave's included; at least one
 group). A point is slow when worse than that reference by ``max_excess_pct`` or more, and the
 group is slow when at least ``min_share`` of its points are. The comparison needs 3 groups of the
-size at the point (a majority of healthy ones); with fewer, only the rows' status judges. Like
+size at the point (a majority of healthy ones); with fewer, the groups of that size and larger
+stand in (a larger group is no faster at a time, nor better at a rate: the comparison can only
+miss, never blame wrongly), and with fewer than 3 of those, only the rows' status judges. Like
 accept's pairwise comparison (analysis/accept/pairs.py), no floor that holds on the machine under
 test is needed: a bad node makes its groups slower than the groups without it.
 """
@@ -59,9 +61,12 @@ class GroupJudge:
         judged, slow, worst = 0, 0, 0.0
         better_high = higher_is_better(self.metric)
         for key, v in values.items():
-            pool = sorted(self.seen.get((key, len(group)), []), reverse=better_high)
+            pool = self.seen.get((key, len(group)), [])
+            if len(pool) < MIN_GROUPS:
+                pool = [x for (k, size), vs in self.seen.items() if k == key and size >= len(group) for x in vs]
             if len(pool) < MIN_GROUPS:
                 continue
+            pool = sorted(pool, reverse=better_high)
             ref = statistics.median(pool[: max(1, len(pool) // 3)])
             if ref <= 0 or v <= 0:
                 continue
@@ -83,3 +88,19 @@ def _number(value) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def gpu_values(samples, ids_by_node: dict[str, set]) -> dict[str, tuple[float, ...]]:
+    """Per node alone, each GPU's rate over the node's Cases (1e6 / the sum of its rank's median
+    iteration times: higher is better, comparable across nodes that ran the same Cases), from the
+    run's per-rank samples (a pandas frame: case_id, host, gpu, time_us); GPUs in index order."""
+    out = {}
+    for node, ids in ids_by_node.items():
+        mine = samples[samples["case_id"].isin(ids)]
+        if mine.empty or "gpu" not in mine:
+            continue
+        per_case = mine.groupby(["gpu", "case_id"])["time_us"].median().groupby(level="gpu").sum()
+        values = [1e6 / float(t) for _gpu, t in sorted(per_case.items()) if t and math.isfinite(float(t))]
+        if len(values) == len(per_case):
+            out[node] = tuple(values)
+    return out

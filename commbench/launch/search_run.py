@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..families.base import Case
 from ..suite.launches import Launch
-from .search_judge import GroupJudge
+from .search_judge import GroupJudge, gpu_values
 from .search_plan import SETTINGS, STRATEGY, Outcome, SearchPlanner
 
 Group = tuple[str, ...]
@@ -23,6 +23,7 @@ Group = tuple[str, ...]
 # when every one has ended; rows_of(case_ids): the stored rows of those Cases
 RunWave = Callable[[list[Launch], list[Case], str], None]
 RowsOf = Callable[[set], list[dict]]
+SamplesOf = Callable[[], object]   # the run's per-rank samples (a pandas frame), read after the first wave
 
 
 def group_case(template: Case, group: Group, wave: int, phase: str) -> Case:
@@ -43,9 +44,10 @@ def judge_for(launch: Launch) -> GroupJudge:
 
 
 def run_search(launch: Launch, templates: list[Case], first_launch_id: int, run_wave: RunWave,
-               rows_of: RowsOf, record: dict) -> int:
+               rows_of: RowsOf, record: dict, samples_of: SamplesOf | None = None) -> int:
     """Run one search to its end; ``record`` (run.json's entry) grows wave by wave. Returns the
-    next free launch id."""
+    next free launch id. ``samples_of`` gives the first wave (every node alone) per-GPU values,
+    which name a GPU that is an outlier among all of them."""
     planner, judge = planner_for(launch), judge_for(launch)
     record.update(strategy=STRATEGY, bench=templates[0].bench, nodes=list(planner.nodes),
                   settings=dict(launch.search), waves=[], done=False)
@@ -64,9 +66,13 @@ def run_search(launch: Launch, templates: list[Case], first_launch_id: int, run_
         run_wave(launches, cases, phase)
         stored = rows_of(set().union(*by_group.values()))
         judged = judge.judge({g: [r for r in stored if r.get("case_id") in ids] for g, ids in by_group.items()})
-        planner.observe({g: Outcome(ok) for g, (ok, _why) in judged.items()})
+        gpus = gpu_values(samples_of(), {g[0]: ids for g, ids in by_group.items()}) \
+            if phase == "alone" and samples_of is not None else {}
+        planner.observe({g: Outcome(ok, gpus.get(g[0], ())) for g, (ok, _why) in judged.items()})
         record["waves"].append({"wave": wave, "phase": phase, "groups": [
-            {"hosts": list(g), "passed": ok, "why": why} for g, (ok, why) in judged.items()]})
+            {"hosts": list(g), "passed": ok, "why": why,
+             **({"gpu_values": list(gpus[g[0]])} if g[0] in gpus and len(g) == 1 else {})}
+            for g, (ok, why) in judged.items()]})
     summary = planner.summary()
     record.update(done=True, launches=planner.launches, bad=summary["bad"], suspect=summary["suspect"])
     return next_id

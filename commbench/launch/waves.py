@@ -46,10 +46,15 @@ def wave_timeout_s(suite_path) -> float | None:
     return seconds
 
 
+def waves_on() -> bool:
+    """False when COMMBENCH_WAVES turns waves off (every launch then runs alone)."""
+    return os.environ.get(WAVES_VAR, "").strip() not in ("0", "off", "no", "false")
+
+
 def plan_waves(launches: Sequence) -> list[list]:
     """Consecutive launches packed into waves: a placed launch joins the current wave when its
     hosts are disjoint from every host already in it; an unplaced launch is a wave alone."""
-    if os.environ.get(WAVES_VAR, "").strip() in ("0", "off", "no", "false"):
+    if not waves_on():
         return [[launch] for launch in launches]
     waves: list[list] = []
     busy: set[str] = set()

@@ -172,3 +172,60 @@ def test_the_judge_with_too_few_peers_judges_by_status_only():
     out = GroupJudge().judge({("a", "b", "c", "d"): _rows(4, 10.0), ("e", "f", "g", "h"): _rows(4, 99.0)})
     assert all(ok for ok, _why in out.values())
     assert "too few groups" in out[("e", "f", "g", "h")][1]
+
+
+def test_with_too_few_peers_of_its_size_a_group_is_compared_with_larger_ones():
+    out = GroupJudge().judge({("a", "b"): _rows(2, 10.0), ("c", "d"): _rows(2, 30.0), ("e", "f", "g"): _rows(3, 12.0)})
+    assert out[("a", "b")][0] and out[("e", "f", "g")][0]
+    assert not out[("c", "d")][0]
+
+
+def test_gpu_values_rate_each_gpu_of_a_node_alone_over_its_cases():
+    import pandas as pd
+
+    from commbench.launch.search_judge import gpu_values
+
+    samples = pd.DataFrame([{"case_id": n + c, "host": n, "gpu": g, "iteration": i,
+                             "time_us": t * (3 if (n, g) == ("b", 1) else 1)}
+                            for n in "ab" for g in (0, 1) for c, t in (("x", 10.0), ("y", 40.0)) for i in range(3)])
+    values = gpu_values(samples, {"a": {"ax", "ay"}, "b": {"bx", "by"}})
+    assert values["a"] == pytest.approx((2e4, 2e4)) and values["b"][1] == pytest.approx(values["b"][0] / 3)
+
+
+def test_search_on_local_pseudo_hosts_names_the_host_that_cannot_start(tmp_path, monkeypatch):
+    """Three names of this machine (Open MPI starts each locally) and a host that does not exist:
+    `run` drives the search through real launches, `accept` names the bad host from run.json. No
+    matchings: Open MPI sees the three names as one node, so a group of them cannot start."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+    from tests.conftest import has_mpiexec
+
+    if not has_mpiexec():
+        pytest.skip("no mpiexec/mpi4py on this machine")
+    hosts = [socket.gethostname(), "localhost", "127.0.0.1", "no-such-host.invalid"]
+    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    suite = tmp_path / "s.yaml"
+    suite.write_text(textwrap.dedent("""\
+        name: s
+        wave_timeout: 120s
+        defaults: {ranks: 1, warmup: 1, iters: 5, sizes: [1KiB]}
+        benchmarks:
+          - {name: net, family: collectives, ops: [all_reduce], backends: [mpi], placement: search,
+             search: {matchings: 0}}
+        rules:
+          checks:
+            - {name: ran, select: {bench: net}, metric: time_us, aggregate: max, op: "<=", value: 1e9, min_rows: 0}
+        """))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(suite), "--out", str(out), "--quiet"])
+    assert result.exit_code == 1, result.output
+    meta = json.loads((out / "run.json").read_text())
+    [record] = meta["searches"]
+    assert [w["phase"] for w in record["waves"]] == ["alone", "again", "again"]
+    result = CliRunner().invoke(cli, ["accept", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "bad node no-such-host.invalid" in result.output and "3 waves, 6 launches" in result.output
+    assert "suspect" not in result.output.replace("0 suspect", "")
