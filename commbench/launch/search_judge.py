@@ -21,6 +21,12 @@ Group = tuple[str, ...]
 POINT_KEYS = ("bench", "op", "backend", "variant", "dtype", "size_bytes")
 MIN_GROUPS = 3
 NOT_OK = ("failed", "timeout", "wrong")
+UNCOMPARED = "rows ok (too few groups of this size to compare)"
+
+
+def compared(why: str) -> bool:
+    """False for a pass judged on its rows' status alone (no peers): it proves no one good."""
+    return why != UNCOMPARED
 
 
 def higher_is_better(metric: str) -> bool:
@@ -35,7 +41,8 @@ class GroupJudge:
         self.seen: dict[tuple, list[float]] = {}   # (point, group size) -> each group's value there
 
     def judge(self, wave: dict[Group, list[dict]]) -> dict[Group, tuple[bool, str]]:
-        """Each group of the wave (its rows) -> (passed, why)."""
+        """Each group of the wave (its rows) -> (passed, why); ``compared(why)`` says whether a
+        pass was judged against peers too."""
         values = {g: self._values(g, rows) for g, rows in wave.items()}
         for g, per_point in values.items():
             for key, v in per_point.items():
@@ -78,7 +85,7 @@ class GroupJudge:
             return False, (f"{self.metric} at least {self.max_excess_pct:g}% worse than the best groups of "
                            f"{len(group)} at {slow} of {judged} point(s) (worst +{worst:.0f}%)")
         if not judged:
-            return True, "rows ok (too few groups of this size to compare)"
+            return True, UNCOMPARED
         return True, f"rows ok; {self.metric} within {self.max_excess_pct:g}% of its peers at {judged - slow} of {judged} point(s)"
 
 

@@ -15,7 +15,8 @@ this one planner, so the three name the same parts from the same outcomes.
 4. each suspect paired with a node already proven good, a different one each time, until it
    passes once (cleared) or fails ``confirmations`` times (named).
 
-A node is proven good once it passed in a group of two or more. A failing group whose members are
+A node is proven good once it passed in a group of two or more (a pass judged on speed against peers:
+``Outcome.proven``). A failing group whose members are
 all cleared names its link (a pair) as suspect. Confidence: a node that fails alone, or in two or
 more failing groups, is "bad"; in one failing group only, "suspect".
 """
@@ -41,9 +42,12 @@ LINK_TRIES = 3   # a pair of nodes that pass elsewhere is named only after faili
 
 @dataclass
 class Outcome:
-    """One launch's result: passed, and for a node alone its GPUs' metric (higher is better)."""
+    """One launch's result: passed, and for a node alone its GPUs' metric (higher is better).
+    ``proven``: the pass was judged on speed too (a group with no peers to compare with passes on
+    its rows' status only: it clears no one, nor proves its members good)."""
     passed: bool
     gpu_values: tuple[float, ...] = ()
+    proven: bool = True
 
 
 @dataclass
@@ -174,7 +178,7 @@ class SearchPlanner:
                 self.pair_results.setdefault(tuple(sorted(g)), []).append(o.passed)
             if o.passed:
                 for n in g:
-                    self.state[n].good = True
+                    self.state[n].good |= o.proven
                 continue
             failing.append(g)
             for n in g:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..families.base import Case
 from ..suite.launches import Launch
-from .search_judge import GroupJudge, gpu_values
+from .search_judge import GroupJudge, compared, gpu_values
 from .search_plan import SETTINGS, STRATEGY, Outcome, SearchPlanner
 
 Group = tuple[str, ...]
@@ -68,9 +68,9 @@ def run_search(launch: Launch, templates: list[Case], first_launch_id: int, run_
         judged = judge.judge({g: [r for r in stored if r.get("case_id") in ids] for g, ids in by_group.items()})
         gpus = gpu_values(samples_of(), {g[0]: ids for g, ids in by_group.items()}) \
             if phase == "alone" and samples_of is not None else {}
-        planner.observe({g: Outcome(ok, gpus.get(g[0], ())) for g, (ok, _why) in judged.items()})
+        planner.observe({g: Outcome(ok, gpus.get(g[0], ()), compared(why)) for g, (ok, why) in judged.items()})
         record["waves"].append({"wave": wave, "phase": phase, "groups": [
-            {"hosts": list(g), "passed": ok, "why": why,
+            {"hosts": list(g), "passed": ok, "why": why, **({} if compared(why) else {"proven": False}),
              **({"gpu_values": list(gpus[g[0]])} if g[0] in gpus and len(g) == 1 else {})}
             for g, (ok, why) in judged.items()]})
     summary = planner.summary()

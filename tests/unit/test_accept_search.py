@@ -134,3 +134,14 @@ def test_the_verdict_replays_the_stored_outcomes_and_refuses_a_foreign_or_unfini
     record["settings"] = {"seed": 6}
     [foreign] = search_checks({"searches": [record]})
     assert not foreign.passed and "not the planner's" in foreign.reason
+
+
+def test_a_pass_without_peers_to_compare_with_proves_no_one_good():
+    nodes = [f"m{i}" for i in range(7)]
+    p = SearchPlanner(nodes, seed=0, matchings=1)
+    p.observe({g: True for g in p.next_wave()})
+    wave = p.next_wave()   # 7 nodes: two pairs and a triple
+    triple = next(g for g in wave if len(g) == 3)
+    p.observe({g: Outcome(True, proven=len(g) == 2) for g in wave})
+    assert not any(p.state[n].good for n in triple)
+    assert all(p.state[n].good for g in wave if len(g) == 2 for n in g)

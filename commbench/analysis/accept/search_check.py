@@ -22,7 +22,8 @@ def replay(record: dict) -> tuple[dict | None, str]:
             groups = [tuple(g["hosts"]) for g in stored["groups"]]
             if asked is None or sorted(map(tuple, asked)) != sorted(groups):
                 return None, f"search wave {stored.get('wave')}: the stored groups are not the planner's"
-            planner.observe({tuple(g["hosts"]): Outcome(bool(g["passed"]), tuple(g.get("gpu_values", ())))
+            planner.observe({tuple(g["hosts"]): Outcome(bool(g["passed"]), tuple(g.get("gpu_values", ())),
+                                                        bool(g.get("proven", True)))
                              for g in stored["groups"]})
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         return None, f"run.json's search record is damaged ({exc})"
