@@ -47,7 +47,19 @@ class GroupJudge:
         for g, per_point in values.items():
             for key, v in per_point.items():
                 self.seen.setdefault((key, len(g)), []).append(v)
-        return {g: self._verdict(g, rows, values[g]) for g, rows in wave.items()}
+        refs: dict[tuple, float | None] = {}   # (point, size) -> reference, computed once a wave
+        return {g: self._verdict(g, rows, values[g], refs) for g, rows in wave.items()}
+
+    def _reference(self, key: tuple, size: int) -> float | None:
+        """The median of the best third of the groups of ``size`` at point ``key`` (else of the
+        groups of that size and larger), or None with fewer than MIN_GROUPS of them."""
+        pool = self.seen.get((key, size), [])
+        if len(pool) < MIN_GROUPS:
+            pool = [x for (k, n), vs in self.seen.items() if k == key and n >= size for x in vs]
+        if len(pool) < MIN_GROUPS:
+            return None
+        pool = sorted(pool, reverse=higher_is_better(self.metric))
+        return statistics.median(pool[: max(1, len(pool) // 3)])
 
     def _values(self, group: Group, rows: list[dict]) -> dict[tuple, float]:
         """The group's metric per point (median over its ok rows there)."""
@@ -58,7 +70,7 @@ class GroupJudge:
                 by_point.setdefault(tuple(str(r.get(k)) for k in POINT_KEYS), []).append(v)
         return {k: statistics.median(v) for k, v in by_point.items()}
 
-    def _verdict(self, group: Group, rows: list[dict], values: dict[tuple, float]) -> tuple[bool, str]:
+    def _verdict(self, group: Group, rows: list[dict], values: dict[tuple, float], refs: dict) -> tuple[bool, str]:
         bad = [r for r in rows if r.get("status") in NOT_OK or (_number(r.get("wrong")) or 0) > 0]
         if bad:
             kinds = ", ".join(sorted({str(r.get("status")) for r in bad}))
@@ -68,14 +80,10 @@ class GroupJudge:
         judged, slow, worst = 0, 0, 0.0
         better_high = higher_is_better(self.metric)
         for key, v in values.items():
-            pool = self.seen.get((key, len(group)), [])
-            if len(pool) < MIN_GROUPS:
-                pool = [x for (k, size), vs in self.seen.items() if k == key and size >= len(group) for x in vs]
-            if len(pool) < MIN_GROUPS:
-                continue
-            pool = sorted(pool, reverse=better_high)
-            ref = statistics.median(pool[: max(1, len(pool) // 3)])
-            if ref <= 0 or v <= 0:
+            if (key, len(group)) not in refs:
+                refs[(key, len(group))] = self._reference(key, len(group))
+            ref = refs[(key, len(group))]
+            if ref is None or ref <= 0 or v <= 0:
                 continue
             excess = (ref / v - 1.0 if better_high else v / ref - 1.0) * 100.0
             judged += 1

@@ -145,3 +145,9 @@ def test_a_pass_without_peers_to_compare_with_proves_no_one_good():
     p.observe({g: Outcome(True, proven=len(g) == 2) for g in wave})
     assert not any(p.state[n].good for n in triple)
     assert all(p.state[n].good for g in wave if len(g) == 2 for n in g)
+
+
+@pytest.mark.parametrize("bad", [0, 4])
+def test_the_simulator_judged_as_the_launcher_judges_names_the_bad_parts(bad):
+    r = run_one(1024, bad, seed=11, peers=True)
+    assert r["waves"] <= 40 and r["true"] == bad and r["named"] == bad and r["right_part"] == bad

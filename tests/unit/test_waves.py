@@ -142,3 +142,54 @@ def test_per_node_wave_on_local_pseudo_hosts_runs_together_and_a_bad_host_fails_
     assert [l["wave"] for l in launches] == [0, 0, 0, 0]
     spans = [_launch_span(out, l["launch_id"]) for l in launches if l["status"] == "ok"]
     assert max(s for s, _ in spans) < min(e for _, e in spans)   # all three were in flight at once
+
+
+def test_a_wave_time_limit_ends_a_hung_launch_as_its_own_timeout_rows(tmp_path, monkeypatch):
+    """per_node over four hosts, one of which never ends: at the wave's limit its Cases become
+    timeout rows saying so, the three others keep their ok rows, and the next benchmark runs."""
+    import json
+
+    import pandas as pd
+
+    from commbench.launch import orchestrate
+    from tests.unit.test_search_run import HUNG, fabric_launch
+
+    hosts = [HUNG, "h02", "h03", "h04"]
+    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    monkeypatch.delenv("COMMBENCH_WAVE_TIMEOUT", raising=False)
+    calls = []
+    monkeypatch.setattr(orchestrate, "run_launch", fabric_launch(calls))
+    (tmp_path / "w.yaml").write_text(textwrap.dedent("""\
+        name: w
+        wave_timeout: 0.5s
+        defaults: {ranks: 1, sizes: [1KiB, 2KiB]}
+        benchmarks:
+          - {name: node, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node}
+          - {name: pair, family: collectives, ops: [all_reduce], backends: [mpi], placement: pairs}
+        """))
+    t0 = time.time()
+    out = orchestrate.run_suite(tmp_path / "w.yaml", tmp_path / "run", show_progress=False)
+    rows = pd.read_csv(out / "results.csv")
+    node = rows[rows.bench == "node"]
+    assert set(node[node.hosts == HUNG].status) == {"timeout"} and len(node[node.hosts == HUNG]) == 2
+    assert node[node.hosts == HUNG].reason.str.contains("wave's time limit").all()
+    assert set(node[node.hosts != HUNG].status) == {"ok"}
+    assert len(rows[rows.bench == "pair"]) == 12   # every pair round still ran
+    assert {d for _h, d in calls if d} and time.time() - t0 < 30
+    launches = json.loads((out / "run.json").read_text())["launches"]
+    assert [l["status"] for l in launches if l["hosts"] == [HUNG]] == ["timeout"]
+
+
+def test_a_wave_time_limit_that_is_not_a_duration_names_the_line(tmp_path, monkeypatch):
+    from commbench.errors import CommbenchError
+    from commbench.launch.waves import wave_timeout_s
+
+    monkeypatch.delenv("COMMBENCH_WAVE_TIMEOUT", raising=False)
+    (tmp_path / "w.yaml").write_text("name: w\nwave_timeout: soon\nbenchmarks: []\n")
+    with pytest.raises(CommbenchError, match=r"w.yaml:2: field 'wave_timeout'"):
+        wave_timeout_s(tmp_path / "w.yaml")
+    monkeypatch.setenv("COMMBENCH_WAVE_TIMEOUT", "2m")
+    assert wave_timeout_s(tmp_path / "w.yaml") == 120.0
+    monkeypatch.setenv("COMMBENCH_WAVE_TIMEOUT", "0s")
+    with pytest.raises(CommbenchError, match="above 0"):
+        wave_timeout_s(tmp_path / "w.yaml")

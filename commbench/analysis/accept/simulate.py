@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from commbench.launch.search_judge import GroupJudge, compared
 from commbench.launch.search_plan import Outcome, SearchPlanner
 
 FAULTS = ("node", "gpu", "network")
@@ -59,8 +60,10 @@ def make_fabric(n_nodes: int, bad: int, seed: int, gpus: int = 8, spread: float 
     return Fabric(nodes, gpu, intra, net, faults, rng, **kw)
 
 
-def play_wave(fab: Fabric, wave: list[tuple[str, ...]], index: dict[str, int]) -> dict:
-    """Each group's Outcome: min over its members' parts with noise, against the floor."""
+def play_wave(fab: Fabric, wave: list[tuple[str, ...]], index: dict[str, int], judge=None) -> dict:
+    """Each group's Outcome: min over its members' parts with noise, against the floor; or, given
+    the launcher's ``judge`` (launch/search_judge.py), one row per group (time 1/rate, a flaky
+    launch failed) judged against the groups of its size, as a real search judges its rows."""
     rng, out = fab.rng, {}
     sizes = np.array([len(g) for g in wave])
     members = np.array([index[n] for g in wave for n in g])
@@ -73,11 +76,15 @@ def play_wave(fab: Fabric, wave: list[tuple[str, ...]], index: dict[str, int]) -
     alone_min = np.minimum.reduceat(node_min, starts)
     group_min = np.minimum.reduceat(np.minimum(node_min, net), starts)
     metric = np.where(sizes == 1, alone_min, group_min)
-    passed = (metric >= fab.floor) & (rng.random(len(wave)) >= fab.flake)
+    flaked = rng.random(len(wave)) < fab.flake
+    passed = (metric >= fab.floor) & ~flaked
+    judged = judge.judge({g: [{"bench": "sim", "size_bytes": 0, "status": "failed" if flaked[j] else "ok",
+                               "time_us": 1.0 / float(metric[j])}] for j, g in enumerate(wave)}) if judge else {}
     for j, g in enumerate(wave):
         gpu_values = tuple(np.minimum(noisy_gpu[starts[j]], fab.intra_rate[members[starts[j]]]).round(4)) \
             if len(g) == 1 else ()
-        out[g] = Outcome(bool(passed[j]), gpu_values)
+        ok, why = judged.get(g, (bool(passed[j]), ""))
+        out[g] = Outcome(bool(ok), gpu_values, compared(why) if judge else True)
     return out
 
 
@@ -94,23 +101,27 @@ def _part(f) -> str:
     return f.name.split(" ", 1)[1] if f.level == "gpu" else f.level
 
 
-def run_one(n_nodes: int, bad: int, seed: int, fabric_kw: dict | None = None, **planner_kw) -> dict:
+def run_one(n_nodes: int, bad: int, seed: int, fabric_kw: dict | None = None, peers: bool = False,
+            **planner_kw) -> dict:
+    """One search on a fabric; ``peers``: judged as the launcher judges (against the groups of the
+    same size, slow at the floor's margin: 1/floor - 1), not against the floor."""
     fab = make_fabric(n_nodes, bad, seed, **(fabric_kw or {}))
     planner = SearchPlanner(fab.nodes, seed=seed, **planner_kw)
     index = {n: i for i, n in enumerate(fab.nodes)}
+    judge = GroupJudge("time_us", (1.0 / fab.floor - 1.0) * 100.0, 0.5) if peers else None
     while (wave := planner.next_wave()) is not None:
-        planner.observe(play_wave(fab, wave, index))
+        planner.observe(play_wave(fab, wave, index, judge))
     return {"waves": planner.waves, "launches": planner.launches, **score(fab, planner)}
 
 
 def table(sizes=(64, 1024, 4096), bads=range(5), seeds: int = 100, seeds_large: int | None = None,
-          fabric_kw: dict | None = None) -> list[dict]:
+          fabric_kw: dict | None = None, peers: bool = False) -> list[dict]:
     rows = []
     for n in sizes:
         k = seeds_large if (seeds_large and n >= 4096) else seeds
         for b in bads:
             t0 = time.perf_counter()
-            runs = [run_one(n, b, s, fabric_kw) for s in range(k)]
+            runs = [run_one(n, b, s, fabric_kw, peers) for s in range(k)]
             named = sum(r["named"] for r in runs)
             true = sum(r["true"] for r in runs)
             rows.append({"nodes": n, "bad": b, "seeds": k,
@@ -168,11 +179,14 @@ def main(argv=None) -> None:
     ap.add_argument("--floor", type=float, default=0.85, help="pass at this fraction of nominal")
     ap.add_argument("--bad-rate", type=float, nargs=2, default=(0.4, 0.75), help="a bad part's rate range")
     ap.add_argument("--plot", default=None, help="write a PNG of waves against b")
+    ap.add_argument("--judge", choices=("floor", "peers"), default="floor",
+                    help="floor: a group passes at --floor of nominal; peers: as the launcher judges rows, "
+                         "against the groups of its size (launch/search_judge.py)")
     args = ap.parse_args(argv)
     fabric_kw = {"gpus": args.gpus, "noise": args.noise, "flake": args.flake, "floor": args.floor,
                  "bad_rate": tuple(args.bad_rate)}
     t0 = time.perf_counter()
-    rows = table(args.sizes, args.bad, args.seeds, args.seeds_large, fabric_kw)
+    rows = table(args.sizes, args.bad, args.seeds, args.seeds_large, fabric_kw, args.judge == "peers")
     print(markdown(rows))
     print(f"\n{time.perf_counter() - t0:.0f} s of CPU time")
     if args.plot:
