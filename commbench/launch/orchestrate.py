@@ -239,7 +239,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
                       f"logs/launch-{launch.launch_id}.rank*.stacks.txt"
                       if status == "timeout" else f"ranks exited with status {out.returncode}")
             if status == "timeout" and wave_over:
-                reason = f"{WAVE_LIMIT_REASON}; launch killed, rank stacks in logs/launch-{launch.launch_id}.rank*.stacks.txt"
+                reason = (f"{WAVE_LIMIT_REASON}; launch killed, rank stacks in "
+                          f"logs/launch-{launch.launch_id}.rank*.stacks.txt")
             reason += on_hosts(folder.path, launch)
             with lock:
                 folder.append_row(settled_row(by_id[victim], status, f"{reason} (log {log}): {tail}", log,

@@ -94,7 +94,8 @@ class GroupJudge:
                            f"{len(group)} at {slow} of {judged} point(s) (worst +{worst:.0f}%)")
         if not judged:
             return True, UNCOMPARED
-        return True, f"rows ok; {self.metric} within {self.max_excess_pct:g}% of its peers at {judged - slow} of {judged} point(s)"
+        return True, (f"rows ok; {self.metric} within {self.max_excess_pct:g}% of its peers at {judged - slow} "
+                      f"of {judged} point(s)")
 
 
 def _number(value) -> float | None:

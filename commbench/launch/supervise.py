@@ -126,8 +126,8 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             _kill(proc)
             if marks is not None:
                 truncate_to(run_dir, marks)
-            log.write(f"\n=== commbench: killed {'at the wave time limit' if over else f'after {limit:.0f} s without progress'} "
-                      f"(case {timed_out})\n")
+            why = "at the wave time limit" if over else f"after {limit:.0f} s without progress"
+            log.write(f"\n=== commbench: killed {why} (case {timed_out})\n")
             return timed_out, current
         time.sleep(0.1)
 

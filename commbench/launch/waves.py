@@ -36,7 +36,8 @@ def wave_timeout_s(suite_path) -> float | None:
         doc = load_yaml(Path(suite_path), CommbenchError)
         if not isinstance(doc, dict) or doc.get(WAVE_TIMEOUT_KEY) is None:
             return None
-        given, where = doc[WAVE_TIMEOUT_KEY], f"{suite_path}:{doc.line_of(WAVE_TIMEOUT_KEY)}: field '{WAVE_TIMEOUT_KEY}'"
+        given = doc[WAVE_TIMEOUT_KEY]
+        where = f"{suite_path}:{doc.line_of(WAVE_TIMEOUT_KEY)}: field '{WAVE_TIMEOUT_KEY}'"
     try:
         seconds = parse_duration(given)
     except ValueError as exc:

@@ -42,7 +42,8 @@ def fabric_launch(calls):
 
     def launch(run_dir, task, env, timeouts, on_event=None, allow_multicast=False, keep_fds=(), **kw):
         calls.append((tuple(task["hosts"]), kw.get("deadline")))
-        plan = {c["case_id"]: Case.from_json(c["case"]) for c in json.loads((run_dir / "plan.json").read_text())["cases"]}
+        stored = json.loads((run_dir / "plan.json").read_text())["cases"]
+        plan = {c["case_id"]: Case.from_json(c["case"]) for c in stored}
         hosts, ids = set(task["hosts"]), task["case_ids"]
         if HUNG in hosts:
             while time.time() < kw["deadline"]:

@@ -28,7 +28,8 @@ def replay(record: dict) -> tuple[dict | None, str]:
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         return None, f"run.json's search record is damaged ({exc})"
     if not record.get("done") or planner.next_wave() is not None:
-        return None, f"the search stopped after {len(record['waves'])} wave(s) (interrupted?): continue it with --resume"
+        return None, (f"the search stopped after {len(record['waves'])} wave(s) (interrupted?): "
+                      "continue it with --resume")
     return planner.summary(), ""
 
 
