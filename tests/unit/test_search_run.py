@@ -230,3 +230,27 @@ def test_search_on_local_pseudo_hosts_names_the_host_that_cannot_start(tmp_path,
     assert result.exit_code == 1, result.output
     assert "bad node no-such-host.invalid" in result.output and "3 waves, 6 launches" in result.output
     assert "suspect" not in result.output.replace("0 suspect", "")
+
+
+def test_search_settings_under_defaults_serve_the_searching_benchmarks_only(tmp_path, monkeypatch):
+    from commbench.errors import SuiteError
+    from commbench.suite import load_suite
+
+    monkeypatch.setenv("COMMBENCH_HOSTS", "a,b,c")
+    (tmp_path / "s.yaml").write_text(textwrap.dedent("""\
+        name: s
+        defaults: {ranks: 1, sizes: [1KiB], search: {group_size: 4}}
+        benchmarks:
+          - {name: alone, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node}
+          - {name: net, family: collectives, ops: [all_reduce], backends: [mpi], placement: search}
+        """))
+    suite = load_suite(tmp_path / "s.yaml", gpu_count=0)
+    assert [dict(l.search).get("group_size") for l in suite.launches] == [None, None, None, 4]
+    (tmp_path / "s.yaml").write_text(textwrap.dedent("""\
+        name: s
+        benchmarks:
+          - {name: alone, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node,
+             search: {seed: 1}}
+        """))
+    with pytest.raises(SuiteError, match="applies to placement: search only"):
+        load_suite(tmp_path / "s.yaml", gpu_count=0)
