@@ -15,10 +15,10 @@ this one planner, so the three name the same parts from the same outcomes.
 4. each suspect paired with a node already proven good, a different one each time, until it
    passes once (cleared) or fails ``confirmations`` times (named).
 
-A node is proven good once it passed in a group of two or more (a pass judged on speed against peers:
-``Outcome.proven``). A failing group whose members are
-all cleared names its link (a pair) as suspect. Confidence: a node that fails alone, or in two or
-more failing groups, is "bad"; in one failing group only, "suspect".
+A node is proven good once it passed in a group of two or more (a pass judged on speed against
+its peers: ``Outcome.proven``). A failing pair whose two nodes are both proven good elsewhere is
+tried again, and named as a link after failing LINK_TRIES times in a row. Confidence: a node that
+fails alone, or in two or more failing groups, is "bad"; in one failing group only, "suspect".
 """
 from __future__ import annotations
 
