@@ -140,9 +140,9 @@ def test_the_row_takes_the_slowest_ranks_split_and_names_it(monkeypatch):
     ex = state.extra
     assert ex["slowest_rank"] == 1 and ex["step_us"] == 400.0 and ex["idle_us"] == 120.0
     assert ex["comm_share"] == pytest.approx(160.0 / 400.0) and ex["expert_tflops"] > 0
-    assert state.timeline == (windows, intervals)        # this rank's, for the run folder
+    assert state.timeline == {"source": "cupti", "steps": windows, "intervals": intervals}
 
     monkeypatch.setattr(layer_mod.layer_profile, "profiled_steps", lambda state, iters: ([], [], "no CUPTI"))
-    state.extra = {}
+    state.extra, state.timeline = {}, None
     layer_mod.LayerState._timeline_columns(state, 1)
-    assert state.extra == {"timeline_note": "rank 0: no CUPTI"} and state.timeline == ([], [])
+    assert state.extra == {"timeline_note": "rank 0: no CUPTI"} and state.timeline is None

@@ -86,7 +86,6 @@ class LayerState(CaseState):
         self.side = torch.cuda.Stream(self.device) if self.overlap == "two_batch" else None
         self.events = [torch.cuda.Event() for _ in range(4)]
         self.regions = False   # annotate dispatch / experts / combine (the profiled batch only)
-        self.timeline: tuple[list, list[dict]] = ([], [])   # this rank's step windows, intervals
         self.count = p.tokens
         self.mbs: list[MicroBatch] = []
         self._deepep_normal = None
@@ -240,7 +239,7 @@ class LayerState(CaseState):
 
     def _measure_layer(self, warmup: int, iters: int) -> list[float]:
         """The layer's per-iteration times (the row's time_us); serial_us (two_batch); then the
-        timeline's columns from one profiled batch (``self.timeline`` keeps this rank's)."""
+        timeline's columns from one profiled batch (``timeline`` keeps this rank's)."""
         samples = self._timed(self.run, warmup, iters)
         if self.side is not None:
             self.extra["serial_us"] = self._slowest_median(self._timed(self.run_serial, warmup, iters))
@@ -259,7 +258,8 @@ class LayerState(CaseState):
                 cols = layer_timeline.rank_columns(windows, intervals, self.side is not None)
             except ValueError as exc:
                 note = str(exc)
-        self.timeline = (windows, intervals) if not note else ([], [])
+        if not note:   # this rank's, for the run folder (timeline/<case_id>.r<rank>.json)
+            self.timeline = {"source": "cupti", "steps": windows, "intervals": intervals}
         gathered = self.world.allgather((cols, note))
         notes = [f"rank {r}: {n}" for r, (_c, n) in enumerate(gathered) if n]
         if notes:
