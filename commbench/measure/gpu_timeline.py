@@ -139,12 +139,19 @@ class GpuTimeline:
     def _finish(self) -> None:
         import torch
 
+        prof, self._prof = self._prof, None
         try:
-            torch.cuda.synchronize()
-            self._prof.__exit__(None, None, None)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()   # every record of the steps is in before the profiler stops
+        finally:
+            stopped = _stop(prof)
+        if stopped:
+            self.note = stopped
+            return
+        try:
             with tempfile.TemporaryDirectory(prefix="commbench-timeline-") as tmp:
                 path = Path(tmp) / "trace.json"
-                self._prof.export_chrome_trace(str(path))
+                prof.export_chrome_trace(str(path))
                 events = json.loads(path.read_text()).get("traceEvents", [])
             windows, intervals = steps_from_trace(events, self.comm_names)
             self.windows, self.intervals = rebase(windows, intervals)
@@ -152,5 +159,11 @@ class GpuTimeline:
                 self.note = "the profiler saw no GPU work inside the steps"
         except Exception as exc:  # noqa: BLE001 - a lost timeline must not lose the row
             self.note = f"timeline not read: {type(exc).__name__}: {exc}"
-        finally:
-            self._prof = None
+
+
+def _stop(prof) -> str:
+    try:
+        prof.__exit__(None, None, None)
+        return ""
+    except Exception as exc:  # noqa: BLE001 - a lost timeline must not lose the row
+        return f"the profiler did not stop: {type(exc).__name__}: {exc}"
