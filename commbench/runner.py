@@ -57,7 +57,7 @@ def _agree(world: World, fn, undo=None):
 
 def bind_device(world: World, cases: list[Case]) -> device_binding.Binding:
     """The rank's GPU binding; ranks that share a GPU get their own NCCL host identity (a collective)."""
-    return device_binding.bind(world, any(get_family(c.family).needs_gpu for c in cases))
+    return device_binding.bind(world, any(get_family(c.family).needs_gpu_for(c) for c in cases))
 
 
 CPU_BACKENDS = ("gloo", "mpi")   # backends whose Cases run on host memory in any launch
@@ -166,13 +166,18 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     _store_timelines(case, ctx, [(g[0], g[6]) for g in gathered], row)
-    broken = step_split.invariant_problems(row)
-    if broken and row.get("status") == "ok":
-        row.update(status="wrong", reason="the step split breaks an invariant: " + "; ".join(broken))
+    apply_split_invariants(row)
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
                     "time_us": t, **{k: v[i] for k, v in cols.items() if i < len(v)}}
                    for r, h, dev, ts, _rep, cols, _tl in gathered for i, t in enumerate(ts)]
     return row, sample_rows
+
+
+def apply_split_invariants(row: dict) -> None:
+    """An ok row whose step split breaks an invariant (measure/step_split.py) becomes wrong."""
+    broken = step_split.invariant_problems(row)
+    if broken and row.get("status") == "ok":
+        row.update(status="wrong", reason="the step split breaks an invariant: " + "; ".join(broken))
 
 
 def _store_timelines(case: Case, ctx: RankContext, timelines: list[tuple[int, dict | None]], row: dict) -> None:

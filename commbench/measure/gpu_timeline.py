@@ -79,7 +79,9 @@ def steps_from_trace(events: Sequence[dict], comm_names: Iterable[str] = ()) -> 
         first[i] = min(first.get(i, iv["start_us"]), iv["start_us"])
         last_end[i] = max(last_end.get(i, iv["end_us"]), iv["end_us"])
     order = sorted(first)
-    windows = [(first[i], first[order[k + 1]] if k + 1 < len(order) else last_end[i])
+    for k in range(1, len(order)):   # windows follow one another even if a step's first record ran early
+        first[order[k]] = max(first[order[k]], first[order[k - 1]])
+    windows = [(first[i], max(first[i], first[order[k + 1]] if k + 1 < len(order) else last_end[i]))
                for k, i in enumerate(order)]
     if not windows:
         return [], []
@@ -139,18 +141,35 @@ class GpuTimeline:
     def _finish(self) -> None:
         import torch
 
+        prof, self._prof = self._prof, None
         try:
-            torch.cuda.synchronize()
-            self._prof.__exit__(None, None, None)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()   # every record of the steps is in before the profiler stops
+        finally:
+            stopped = _stop(prof)
+        if stopped:
+            self.note = stopped
+            return
+        try:
             with tempfile.TemporaryDirectory(prefix="commbench-timeline-") as tmp:
                 path = Path(tmp) / "trace.json"
-                self._prof.export_chrome_trace(str(path))
+                prof.export_chrome_trace(str(path))
                 events = json.loads(path.read_text()).get("traceEvents", [])
             windows, intervals = steps_from_trace(events, self.comm_names)
             self.windows, self.intervals = rebase(windows, intervals)
             if not self.windows:
-                self.note = "the profiler saw no GPU work inside the steps"
+                cats = {}
+                for e in events:
+                    cats[e.get("cat")] = cats.get(e.get("cat"), 0) + 1
+                seen = ", ".join(f"{c} {cats.get(c, 0)}" for c in (*GPU_CATS, *LAUNCH_CATS, "user_annotation"))
+                self.note = f"the profiler saw no GPU work launched inside the steps ({seen})"
         except Exception as exc:  # noqa: BLE001 - a lost timeline must not lose the row
             self.note = f"timeline not read: {type(exc).__name__}: {exc}"
-        finally:
-            self._prof = None
+
+
+def _stop(prof) -> str:
+    try:
+        prof.__exit__(None, None, None)
+        return ""
+    except Exception as exc:  # noqa: BLE001 - a lost timeline must not lose the row
+        return f"the profiler did not stop: {type(exc).__name__}: {exc}"

@@ -84,13 +84,14 @@ def run_modes(schedule, comm, warmup: int, iters: int, cuda: bool, barrier, sync
     comm.recording = False
     replay = Replay(comm.log, comm)
     runs = {"step": schedule.step, "compute": schedule.step, "comm": lambda _timer: replay.step()}
+    host = timeline if timeline.source == "host" else None   # the GPU's records need no reports
     out = {}
     try:
         for mode in MODES:
             comm.mode = "compute" if mode == "compute" else "full"
             for _ in range(warmup - (1 if mode == "step" else 0)):
                 runs[mode](NullTimer())
-            comm.timeline = timeline if mode == "step" else None
+            comm.timeline = host if mode == "step" else None
             out[mode] = _batch(runs[mode], iters, cuda, barrier, sync, timeline if mode == "step" else None)
             comm.timeline = None
             schedule.drain()
