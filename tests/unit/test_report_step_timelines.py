@@ -25,7 +25,8 @@ def step_of(t0, comm_end, compute_end, copy=()):
     """One step at t0: comm [t0, t0+comm_end) beside compute [t0, t0+compute_end) (plus copies)."""
     ivs = [{"kind": "comm", "stream": 20, "start_us": t0, "end_us": t0 + comm_end, "name": "ncclDevKernel"},
            {"kind": "compute", "stream": 7, "start_us": t0, "end_us": t0 + compute_end, "name": "gemm"}]
-    return ivs + [{"kind": "copy", "stream": 9, "start_us": t0 + a, "end_us": t0 + b, "name": "Memcpy"} for a, b in copy]
+    return ivs + [{"kind": "copy", "stream": 9, "start_us": t0 + a, "end_us": t0 + b, "name": "Memcpy"}
+                  for a, b in copy]
 
 
 @pytest.fixture()

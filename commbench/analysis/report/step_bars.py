@@ -15,8 +15,8 @@ import textwrap
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
 SPLIT = ("step_us", "compute_us", "exposed_comm_us", "idle_us")
 NUMERIC = (*SPLIT, "comm_us", "copy_us", "overlap_pct")
@@ -103,7 +103,8 @@ def panel_figure(panels: list[tuple[str, list[str], list]], ylabel: str):
     return fig
 
 
-def bar_labels(rows: pd.DataFrame, first: list[str], columns: tuple[str, ...], bare=("run", "bench", "model", "dtype")) -> list[str]:
+def bar_labels(rows: pd.DataFrame, first: list[str], columns: tuple[str, ...],
+               bare=("run", "bench", "model", "dtype")) -> list[str]:
     """A label per row: the ``first`` columns' values, then each of ``columns`` that varies."""
     varying = [c for c in columns if c in rows.columns and c not in first and rows[c].astype(str).nunique() > 1]
     out = []
