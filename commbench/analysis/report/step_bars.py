@@ -4,8 +4,9 @@ step timelines. Reads the split's columns (docs/metrics.md, "Step split"); rows 
 made before the split was measured from the timeline) get no bar.
 
 compute_us holds the copies (a local copy is work the step needs), so the bar splits it into the
-time with compute kernels but no copy and the copy time; a black tick marks all communication, so
-the part above the red one is the communication that compute hid.
+time with compute kernels but no copy and the copy time; the communication that ran under that work
+(comm - exposed) is hatched in red over its top, so red and hatched together are all the
+communication.
 """
 from __future__ import annotations
 
@@ -41,23 +42,18 @@ def split_rows(df: pd.DataFrame, keep=None) -> pd.DataFrame:
     return rows.dropna(subset=list(SPLIT))
 
 
-def parts(split: dict | pd.Series) -> list[float]:
-    """The stacked heights of one split: compute without copy, copy, exposed comm, idle."""
-    def num(key):
-        v = split.get(key) if hasattr(split, "get") else None
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            return 0.0
-        return 0.0 if math.isnan(v) else v
-
-    copy = min(num("copy_us"), num("compute_us"))
-    return [max(0.0, num("compute_us") - copy), copy, max(0.0, num("exposed_comm_us")), max(0.0, num("idle_us"))]
+def parts(split) -> list[float]:
+    """The stacked heights of one split (a dict or a row): compute without copy, copy, exposed
+    communication, idle."""
+    copy = min(_num(split.get("copy_us")), _num(split.get("compute_us")))
+    return [max(0.0, _num(split.get("compute_us")) - copy), copy, max(0.0, _num(split.get("exposed_comm_us"))),
+            max(0.0, _num(split.get("idle_us")))]
 
 
 def draw_bars(ax, xs: list[float], splits: list, width: float = 0.8, legend: bool = True) -> None:
-    """Stacked bars at ``xs`` (one per split), the copy part only when some split has one, and
-    a tick at each bar's total communication."""
+    """Stacked bars at ``xs`` (one per split), the copy part only when some split has one; the
+    communication that compute hid (comm - exposed) is hatched over the top of the compute part,
+    so hatched and red together are all the communication, and the bar stays the step."""
     heights = [parts(s) for s in splits]
     bottom = [0.0] * len(xs)
     for i, (label, color, hatch) in enumerate(PARTS):
@@ -67,17 +63,19 @@ def draw_bars(ax, xs: list[float], splits: list, width: float = 0.8, legend: boo
         ax.bar(xs, vals, width, bottom=bottom, color=color, hatch=hatch, label=label if legend else None,
                edgecolor="white" if hatch else None, linewidth=0)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    comm = [(x, float(s.get("comm_us"))) for x, s in zip(xs, splits) if _finite(s.get("comm_us"))]
-    if comm:
-        ax.scatter([x for x, _ in comm], [c for _, c in comm], marker="_", s=max(40, 400 * width), color="black",
-                   zorder=3, label="all communication" if legend else None)
+    hidden = [min(h[0] + h[1], max(0.0, _num(s.get("comm_us")) - h[2])) for s, h in zip(splits, heights)]
+    if any(hidden):
+        ax.bar(xs, hidden, width, bottom=[h[0] + h[1] - v for h, v in zip(heights, hidden)], fill=False,
+               hatch="//", edgecolor="#dd5555", linewidth=0,
+               label="communication hidden under compute" if legend else None)
 
 
-def _finite(v) -> bool:
+def _num(v) -> float:
     try:
-        return math.isfinite(float(v))
+        v = float(v)
     except (TypeError, ValueError):
-        return False
+        return 0.0
+    return 0.0 if math.isnan(v) else v
 
 
 def panel_figure(panels: list[tuple[str, list[str], list]], ylabel: str):

@@ -9,8 +9,8 @@ from .base import ReportSection
 TEXT = ("Per model and phase, a bar per all2all backend and overlap: the layer's step split from a "
         "profiled batch's GPU timeline (the slowest rank's mean step): compute (the experts), "
         "exposed communication (dispatch or combine with no expert beside it) and idle time stack "
-        "to the step; the black tick is all communication. dispatch_us, expert_us, combine_us: the GPU "
-        "time in each part. With two_batch, tbo_hidden_us is the communication of each micro-batch that "
+        "to the step; hatched: the communication hidden under the experts. dispatch_us, expert_us, "
+        "combine_us: the GPU time in each part. With two_batch, tbo_hidden_us is the communication of each micro-batch that "
         "ran under the other's experts and tbo_gain_pct its share of all communication. layer_us is "
         "the unprofiled timed batch (step_us beside it shows the profiler's cost); overlap_gain = "
         "serial_us / layer_us. Only ok rows.")

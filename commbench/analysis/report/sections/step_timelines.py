@@ -25,7 +25,7 @@ def add(doc, report) -> None:
     sec = doc.section("Steps per rank")
     sec.text("Each rank's timed steps, one bar each, split from its timeline the way the rows are: compute, "
              "copy, exposed communication (communication with no compute beside it) and idle time stack to "
-             "the step; the black tick is all communication. A row's columns are its slowest rank's mean "
+             "the step; hatched: the communication hidden under compute. A row's columns are its slowest rank's mean "
              "step. `commbench trace RUN --case ID` shows the same intervals in Perfetto.")
     for run in report.runs:
         cases = shown(run)

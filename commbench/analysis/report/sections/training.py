@@ -7,8 +7,8 @@ from .base import ReportSection
 
 TEXT = ("Per op, one bar per strategy: the step split from the GPU's timeline (the host's on the CPU), "
         "the slowest rank's mean step: compute, copy, exposed communication (communication with no "
-        "compute beside it) and idle time stack to the step; the black tick is all communication, so "
-        "what lies between the red part's top and the tick ran hidden under compute. "
+        "compute beside it) and idle time stack to the step; the communication that ran hidden "
+        "under compute is hatched over the top of the compute part (red and hatched: all communication). "
         "exposed_comm_sub_us is the old estimate (step minus the step run without communication), kept "
         "as a cross-check. docs/families/training.md defines the columns.")
 
