@@ -131,3 +131,19 @@ def test_the_known_answers_by_construction(placement, exposed, overlap_pct, step
     assert overlap.misses(measured, want) == []
     off = overlap.misses({**measured, "exposed_comm_us": exposed + 60.0}, want)
     assert len(off) == 1 and off[0].startswith("exposed_comm_us")
+
+
+def test_the_overlap_case_runs_on_cuda_only_and_binds_a_gpu():
+    from types import SimpleNamespace
+
+    from commbench.families.harness.family import FAMILY
+
+    def case(op, backend, **params):
+        return SimpleNamespace(op=op, backend=backend, ranks=1, param=lambda k, d=None: params.get(k, d))
+
+    assert FAMILY.impossible(case("overlap", "cuda")) is None
+    assert FAMILY.impossible(case("overlap", "mpi"))[0] == "backends"
+    assert FAMILY.impossible(case("barrier", "cuda"))[0] == "backends"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="under", spin_comm_us=3000.0,
+                                  spin_compute_us=1000.0))[0] == "params.spin_comm_us"
+    assert FAMILY.needs_gpu_for(case("overlap", "cuda")) and not FAMILY.needs_gpu_for(case("spin", "mpi"))
