@@ -146,4 +146,28 @@ def test_the_overlap_case_runs_on_cuda_only_and_binds_a_gpu():
     assert FAMILY.impossible(case("barrier", "cuda"))[0] == "backends"
     assert FAMILY.impossible(case("overlap", "cuda", placement="under", spin_comm_us=3000.0,
                                   spin_compute_us=1000.0))[0] == "params.spin_comm_us"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="half", spin_comm_us=2500.0,
+                                  spin_compute_us=1000.0))[0] == "params.spin_comm_us"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="after", spin_comm_us=2500.0,
+                                  spin_compute_us=100.0)) is None
     assert FAMILY.needs_gpu_for(case("overlap", "cuda")) and not FAMILY.needs_gpu_for(case("spin", "mpi"))
+
+
+@pytest.mark.parametrize("placement, c, k", [("under", 2000.0, 1000.0), ("half", 2000.0, 1000.0),
+                                             ("after", 2000.0, 1000.0), ("half", 1500.0, 2500.0),
+                                             ("under", 400.0, 100.0), ("half", 400.0, 100.0)])
+def test_a_known_answer_step_as_the_gpu_runs_it_meets_its_answer(placement, c, k):
+    """Three steps back to back with the launch gaps a GPU shows (1.5 us between kernels of a stream,
+    3 us before the stand-in starts after its event, 2 us between steps)."""
+    o = overlap.offset_us(placement, c, k)
+    intervals, windows, t = [], [], 0.0
+    for _ in range(3):
+        spins = [(t, t + o), (t + o + 1.5, t + c + 1.5)] if 0 < o < c else [(t, t + c)]
+        comm = (t + o + 3.0, t + o + 3.0 + k)
+        intervals += [{"kind": "compute", "start_us": s, "end_us": e} for s, e in spins]
+        intervals.append({"kind": "comm", "start_us": comm[0], "end_us": comm[1]})
+        end = max(spins[-1][1], comm[1]) + 2.0
+        windows.append((t, end))
+        t = end
+    split = step_split.mean_split(step_split.split_steps(intervals, windows))
+    assert overlap.misses(split, overlap.expected(placement, c, k)) == []
