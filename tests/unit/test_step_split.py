@@ -171,3 +171,18 @@ def test_a_known_answer_step_as_the_gpu_runs_it_meets_its_answer(placement, c, k
         t = end
     split = step_split.mean_split(step_split.split_steps(intervals, windows))
     assert overlap.misses(split, overlap.expected(placement, c, k)) == []
+
+
+def test_timeline_files_round_trip_and_refuse_a_bad_shape(tmp_path):
+    from commbench.errors import RunFolderError
+    from commbench.runfolder import files, step_timelines
+
+    ivs = [{"kind": "comm", "stream": 13, "start_us": 1.0, "end_us": 2.5, "name": "ncclDevKernel_x"}]
+    rel = step_timelines.write(tmp_path, "abc123", 1, "cupti", [(0.0, 3.0)], ivs)
+    assert rel == "timeline/abc123.r1.json" and step_timelines.ranks_of(tmp_path, "abc123") == [1]
+    doc = step_timelines.read(tmp_path, "abc123", 1)
+    assert doc["steps"] == [[0.0, 3.0]] and doc["intervals"] == ivs and doc["source"] == "cupti"
+    files.write_atomic(tmp_path, "timeline/bad.r0.json", json.dumps(
+        {"steps": [[0, 1]], "intervals": [{"kind": "gpu", "start_us": 0, "end_us": 1}]}).encode())
+    with pytest.raises(RunFolderError, match="interval 0"):
+        step_timelines.read(tmp_path, "bad", 0)
