@@ -131,3 +131,58 @@ def test_the_known_answers_by_construction(placement, exposed, overlap_pct, step
     assert overlap.misses(measured, want) == []
     off = overlap.misses({**measured, "exposed_comm_us": exposed + 60.0}, want)
     assert len(off) == 1 and off[0].startswith("exposed_comm_us")
+
+
+def test_the_overlap_case_runs_on_cuda_only_and_binds_a_gpu():
+    from types import SimpleNamespace
+
+    from commbench.families.harness.family import FAMILY
+
+    def case(op, backend, **params):
+        return SimpleNamespace(op=op, backend=backend, ranks=1, param=lambda k, d=None: params.get(k, d))
+
+    assert FAMILY.impossible(case("overlap", "cuda")) is None
+    assert FAMILY.impossible(case("overlap", "mpi"))[0] == "backends"
+    assert FAMILY.impossible(case("barrier", "cuda"))[0] == "backends"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="under", spin_comm_us=3000.0,
+                                  spin_compute_us=1000.0))[0] == "params.spin_comm_us"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="half", spin_comm_us=2500.0,
+                                  spin_compute_us=1000.0))[0] == "params.spin_comm_us"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="after", spin_comm_us=2500.0,
+                                  spin_compute_us=100.0)) is None
+    assert FAMILY.needs_gpu_for(case("overlap", "cuda")) and not FAMILY.needs_gpu_for(case("spin", "mpi"))
+
+
+@pytest.mark.parametrize("placement, c, k", [("under", 2000.0, 1000.0), ("half", 2000.0, 1000.0),
+                                             ("after", 2000.0, 1000.0), ("half", 1500.0, 2500.0),
+                                             ("under", 400.0, 100.0), ("half", 400.0, 100.0)])
+def test_a_known_answer_step_as_the_gpu_runs_it_meets_its_answer(placement, c, k):
+    """Three steps back to back with the launch gaps a GPU shows (1.5 us between kernels of a stream,
+    3 us before the stand-in starts after its event, 2 us between steps)."""
+    o = overlap.offset_us(placement, c, k)
+    intervals, windows, t = [], [], 0.0
+    for _ in range(3):
+        spins = [(t, t + o), (t + o + 1.5, t + c + 1.5)] if 0 < o < c else [(t, t + c)]
+        comm = (t + o + 3.0, t + o + 3.0 + k)
+        intervals += [{"kind": "compute", "start_us": s, "end_us": e} for s, e in spins]
+        intervals.append({"kind": "comm", "start_us": comm[0], "end_us": comm[1]})
+        end = max(spins[-1][1], comm[1]) + 2.0
+        windows.append((t, end))
+        t = end
+    split = step_split.mean_split(step_split.split_steps(intervals, windows))
+    assert overlap.misses(split, overlap.expected(placement, c, k)) == []
+
+
+def test_timeline_files_round_trip_and_refuse_a_bad_shape(tmp_path):
+    from commbench.errors import RunFolderError
+    from commbench.runfolder import files, step_timelines
+
+    ivs = [{"kind": "comm", "stream": 13, "start_us": 1.0, "end_us": 2.5, "name": "ncclDevKernel_x"}]
+    rel = step_timelines.write(tmp_path, "abc123", 1, "cupti", [(0.0, 3.0)], ivs)
+    assert rel == "timeline/abc123.r1.json" and step_timelines.ranks_of(tmp_path, "abc123") == [1]
+    doc = step_timelines.read(tmp_path, "abc123", 1)
+    assert doc["steps"] == [[0.0, 3.0]] and doc["intervals"] == ivs and doc["source"] == "cupti"
+    files.write_atomic(tmp_path, "timeline/bad.r0.json", json.dumps(
+        {"steps": [[0, 1]], "intervals": [{"kind": "gpu", "start_us": 0, "end_us": 1}]}).encode())
+    with pytest.raises(RunFolderError, match="interval 0"):
+        step_timelines.read(tmp_path, "bad", 0)

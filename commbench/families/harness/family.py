@@ -64,9 +64,11 @@ class Harness(Family):
     def impossible(self, case: Case) -> tuple[str, str] | None:
         if (case.op in GPU_OPS) != (case.backend == "cuda"):
             return ("backends", f"op {case.op} runs on backend {'cuda' if case.op in GPU_OPS else 'mpi'}")
-        if case.op == "overlap" and case.param("placement", "half") == "under" \
-                and case.param("spin_comm_us", 1000.0) > case.param("spin_compute_us", 2000.0):
-            return ("params.spin_comm_us", "placement under needs spin_comm_us <= spin_compute_us")
+        if case.op == "overlap":
+            problem = overlap.placement_problem(case.param("placement", "half"), case.param("spin_compute_us", 2000.0),
+                                                case.param("spin_comm_us", 1000.0))
+            if problem:
+                return ("params.spin_comm_us", problem)
         victim = case.param("victim_rank", -1)
         if case.op in VICTIM_OPS and victim >= case.ranks:
             return ("params.victim_rank", f"victim_rank ({victim}) is not one of the {case.ranks} rank(s)")

@@ -9,7 +9,8 @@ step ends. `placement` sets o:
 
 - under: o = (C - K) / 2, the communication wholly inside the compute (needs K <= C):
   exposed 0, overlap 100%;
-- half: o = C - K / 2, its first half under the compute: exposed K / 2, overlap 50%;
+- half: o = C - K / 2, its first half under the compute: exposed K / 2, overlap 50% (needs
+  K <= 2C);
 - after: o = C, after the compute: exposed K, overlap 0%.
 
 Expected comm K, compute C, step max(C, o + K), idle about 0. A quantity counts as wrong
@@ -27,6 +28,15 @@ from ...measure.state import CaseState
 PLACEMENTS = ("under", "half", "after")
 STANDIN = "commbench_comm_standin"
 TOLERANCE = 0.05
+
+
+def placement_problem(placement: str, compute_us: float, comm_us: float) -> str | None:
+    """Why a placement cannot be built from these lengths (its offset would fall outside the compute)."""
+    if placement == "under" and comm_us > compute_us:
+        return "placement under needs spin_comm_us <= spin_compute_us"
+    if placement == "half" and comm_us > 2 * compute_us:
+        return "placement half needs spin_comm_us <= 2 x spin_compute_us"
+    return None
 
 
 def offset_us(placement: str, compute_us: float, comm_us: float) -> float:
