@@ -2,6 +2,9 @@
 communication, the invariants on every layer row (CPU: traces built as Kineto writes them)."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from commbench.families.moe import layer_timeline as lt
@@ -146,3 +149,28 @@ def test_the_row_takes_the_slowest_ranks_split_and_names_it(monkeypatch):
     state.extra, state.timeline = {}, None
     layer_mod.LayerState._timeline_columns(state, 1)
     assert state.extra == {"timeline_note": "rank 0: no CUPTI"} and state.timeline is None
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "moe_layer"
+
+
+def test_a_trace_recorded_on_an_h200_gives_what_the_gpu_run_printed():
+    """nccl_a2a, two_batch, 1 rank, 256 tokens of a small shape, 3 steps (tests/gpu/moe_layer_trace.py,
+    H200, 2026-12-03): every record of a step has its region; NCCL and torch's gather / index_add
+    kernels are communication by region, the expert pack and GEMM kernels compute."""
+    events = json.loads((FIXTURES / "nccl_two_batch_trace.json").read_text())["traceEvents"]
+    windows, intervals = lt.layer_timeline(events)
+    assert len(windows) == 3 and all(iv.get("region") for iv in intervals)
+    kinds = {(iv["region"].split(".")[0], iv["kind"]) for iv in intervals}
+    assert kinds == {("dispatch", "comm"), ("combine", "comm"), ("experts", "compute")}
+    def kinds_of(part):
+        return {iv["kind"] for iv in intervals if part in iv["name"]}
+    assert kinds_of("ncclDevKernel") == {"comm"} and kinds_of("pack_rows") == {"compute"}
+    assert kinds_of("gather") == {"comm"}   # the row gather before the all2all: by name it is compute
+    cols = lt.rank_columns(windows, intervals, two_batch=True)
+    got = {k: round(cols[k], 2) for k in ("step_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us",
+                                           "dispatch_us", "expert_us", "combine_us", "tbo_hidden_us")}
+    assert got == {"step_us": 1722.8, "compute_us": 156.03, "comm_us": 41.53, "exposed_comm_us": 41.53,
+                   "idle_us": 1525.24, "dispatch_us": 14.12, "expert_us": 156.03, "combine_us": 27.4,
+                   "tbo_hidden_us": 0.0}
+    assert invariant_problems(cols) == []

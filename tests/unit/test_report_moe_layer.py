@@ -121,3 +121,25 @@ def test_runs_and_routings_get_bars_of_their_own(tmp_path):
     routed = pd.concat([first.assign(routing="random"), second.assign(routing="zipf")], ignore_index=True)
     labels, _ = _bars(routed[routed["model"] == "mixtral-8x7b"])
     assert labels == ["ipc_ll none\nrandom", "ipc_ll none\nzipf", "nccl_a2a none\nrandom", "nccl_a2a none\nzipf"]
+
+
+def test_rows_measured_on_an_h200_keep_the_invariants_and_draw(tmp_path):
+    """The layer rows of tests/gpu/suites/moe-layer-timeline.yaml on one H200 (2026-12-03): every
+    row keeps the split's invariants, two_batch rows say what overlap hid, the view draws them."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from commbench.measure.step_split import invariant_problems
+    from commbench.ui import headline
+
+    df = pd.read_csv(Path(__file__).parent / "fixtures" / "moe_layer" / "timeline_results.csv")
+    rows = layer_rows(df)
+    assert len(rows) == 10
+    assert all(invariant_problems(r) == [] for r in df.to_dict("records"))
+    two = rows[rows["overlap"] == "two_batch"]
+    assert (two["tbo_hidden_us"] <= two["comm_us"] - two["exposed_comm_us"] + 1e-6).all()
+    assert rows.loc[rows["overlap"] == "none", "tbo_hidden_us"].isna().all()
+    assert layer_figure(df) is not None and {"tbo_hidden_us", "tbo_gain_pct"} <= set(layer_table(df).columns)
+    line = headline(two.iloc[0].to_dict())
+    assert line.startswith("layer ") and "exposed" in line and "two-batch hid" in line
