@@ -18,13 +18,13 @@ from .families import get_family
 from .comm.context import RankContext
 from .families.base import Case
 from . import safety
-from .runfolder import timeline_files
+from .runfolder import step_timelines, timeline_files
 from .profile.hooks import PROFILE_KEY, CaseProfiler, LaunchProfiling, merge_reports
 from .runfolder import RunFolder, case_row
 from .runfolder.writer import STORAGE_FULL_EXIT
 from .world import World
 from .measure import device as device_binding
-from .measure import native_loop, timing
+from .measure import native_loop, step_split, timing
 from .measure.state import CaseState
 
 
@@ -57,7 +57,7 @@ def _agree(world: World, fn, undo=None):
 
 def bind_device(world: World, cases: list[Case]) -> device_binding.Binding:
     """The rank's GPU binding; ranks that share a GPU get their own NCCL host identity (a collective)."""
-    return device_binding.bind(world, any(get_family(c.family).needs_gpu for c in cases))
+    return device_binding.bind(world, any(get_family(c.family).needs_gpu_for(c) for c in cases))
 
 
 CPU_BACKENDS = ("gloo", "mpi")   # backends whose Cases run on host memory in any launch
@@ -141,7 +141,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     report = prof.rank_report(samples, mode)
     # per-iteration columns beside time_us (a training step's phases): state.sample_columns
     gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples, report,
-                                  dict(state.sample_columns)), root=0)
+                                  dict(state.sample_columns), state.timeline), root=0)
     extra = dict(state.extra)
     if state.stream is not None and state.measure is None:  # which loop enqueued the timed ops
         extra.setdefault("timed_loop", "native" if state.native is not None else "python")
@@ -165,10 +165,36 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
         row.update(from_time(row["time_us"]))
     if wrong:
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
+    _store_timelines(case, ctx, [(g[0], g[6]) for g in gathered], row)
+    apply_split_invariants(row)
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
                     "time_us": t, **{k: v[i] for k, v in cols.items() if i < len(v)}}
-                   for r, h, dev, ts, _rep, cols in gathered for i, t in enumerate(ts)]
+                   for r, h, dev, ts, _rep, cols, _tl in gathered for i, t in enumerate(ts)]
     return row, sample_rows
+
+
+def apply_split_invariants(row: dict) -> None:
+    """An ok row whose step split breaks an invariant (measure/step_split.py) becomes wrong."""
+    broken = step_split.invariant_problems(row)
+    if broken and row.get("status") == "ok":
+        row.update(status="wrong", reason="the step split breaks an invariant: " + "; ".join(broken))
+
+
+def _store_timelines(case: Case, ctx: RankContext, timelines: list[tuple[int, dict | None]], row: dict) -> None:
+    """Rank 0: each rank's classified step timeline as timeline/<case_id>.r<rank>.json; a
+    timeline that cannot be written says so in timeline_note, the row stays."""
+    launch = ctx.cache.get(PROFILE_KEY)
+    if launch is None or launch.run_dir is None:
+        return
+    try:
+        for rank, tl in timelines:
+            if tl:
+                step_timelines.write(launch.run_dir, case.case_id, rank, tl["source"], tl["steps"], tl["intervals"])
+    except StorageFull:
+        raise
+    except Exception as exc:  # noqa: BLE001 - nothing measured may be lost to a timeline file
+        traceback.print_exc()
+        row["timeline_note"] = f"timeline not stored: {type(exc).__name__}: {exc}"
 
 
 def _profile_columns(case: Case, reports: list[dict], ctx: RankContext) -> dict:

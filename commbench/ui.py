@@ -81,26 +81,23 @@ def us(value: float) -> str:
 
 
 def headline(row: dict | None) -> str:
-    """The numbers a finished Case is read by, taken from the columns its row has: step time,
-    exposed communication and overlap (training), the layer and its parts (MoE layer), p50/p99
-    (latency ops), else time and busbw; for a row not ok, its reason."""
+    """The numbers a finished Case is read by, taken from the columns its row has: the layer and
+    its parts (MoE layer) or the step (training), each with its exposed communication, overlap
+    and idle time (and what two-batch overlap hid), p50/p99 (latency ops), else time and busbw;
+    for a row not ok, its reason."""
     if not row:
         return ""
     if row.get("status") not in ("ok", "wrong"):
         reason = " ".join(str(row.get("reason") or "").split())
         return reason[:100] + ("..." if len(reason) > 100 else "")
     n = {k: _number(v) for k, v in row.items()}
-    if n.get("step_us") is not None:
-        parts = [f"step {us(n['step_us'])}"]
-        if n.get("exposed_comm_us") is not None:
-            parts.append(f"exposed {us(n['exposed_comm_us'])}")
-        if n.get("overlap_pct") is not None:
-            parts.append(f"overlap {n['overlap_pct']:.0f}%")
-        return ", ".join(parts)
     if n.get("layer_us") is not None:
-        split = [f"{name} {us(n[f'{name}_us'])}" for name in ("dispatch", "expert", "combine")
-                 if n.get(f"{name}_us") is not None]
-        return f"layer {us(n['layer_us'])}" + (f" ({', '.join(split)})" if split else "")
+        split = [f"{name} {us(n[col])}" for name, col in (("dispatch", "dispatch_us"), ("experts", "expert_us"),
+                                                           ("combine", "combine_us")) if n.get(col) is not None]
+        text = f"layer {us(n['layer_us'])}" + (f" ({', '.join(split)})" if split else "")
+        return ", ".join([text, *_split_parts(n)])
+    if n.get("step_us") is not None:
+        return ", ".join([f"step {us(n['step_us'])}", *_split_parts(n)])
     if n.get("latency_p50_us") is not None:
         p99 = n.get("latency_p99_us")
         return f"p50 {us(n['latency_p50_us'])}" + (f", p99 {us(p99)}" if p99 is not None else "")
@@ -110,6 +107,22 @@ def headline(row: dict | None) -> str:
     if row.get("status") == "wrong" and n.get("wrong"):
         parts.append(f"{int(n['wrong'])} wrong")
     return ", ".join(parts)
+
+
+def _split_parts(n: dict) -> list[str]:
+    """Exposed communication, overlap and idle time of a step split from its timeline, and what
+    two-batch overlap hid (MoE layer), as far as the row has them."""
+    parts = []
+    if n.get("exposed_comm_us") is not None:
+        parts.append(f"exposed {us(n['exposed_comm_us'])}")
+    if n.get("overlap_pct") is not None:
+        parts.append(f"overlap {n['overlap_pct']:.0f}%")
+    if n.get("idle_us") is not None:
+        parts.append(f"idle {us(n['idle_us'])}")
+    if n.get("tbo_hidden_us") is not None:
+        gain = n.get("tbo_gain_pct")
+        parts.append(f"two-batch hid {us(n['tbo_hidden_us'])}" + (f" ({gain:.0f}%)" if gain is not None else ""))
+    return parts
 
 
 def _clock(seconds: float) -> str:
@@ -216,14 +229,14 @@ def _group_headline(ok) -> tuple[str, str]:
         return ok[name].astype(float) if name in ok.columns and ok[name].notna().any() else None
 
     step, layer, p50 = col("step_us"), col("layer_us"), col("latency_p50_us")
+    if layer is not None:
+        best = ok.loc[layer.idxmin()]
+        overlap = _number(best.get("overlap_pct"))
+        return f"layer {us(layer.min())}", (f"overlap {overlap:.0f}%" if overlap is not None else "")
     if step is not None:
         best = ok.loc[step.idxmin()]
         overlap = _number(best.get("overlap_pct"))
         return f"step {us(step.min())}", (f"overlap {overlap:.0f}%" if overlap is not None else "")
-    if layer is not None:
-        best = ok.loc[layer.idxmin()]
-        share = _number(best.get("comm_share"))
-        return f"layer {us(layer.min())}", (f"comm {100 * share:.0f}%" if share is not None else "")
     if p50 is not None:
         best = ok.loc[p50.idxmin()]
         p99 = _number(best.get("latency_p99_us"))

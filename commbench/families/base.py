@@ -189,6 +189,10 @@ class Family:
     # family-specific suite parameters (name -> Param); lists in a suite expand to cross products
     params: dict[str, Param] = {}
 
+    def needs_gpu_for(self, case: Case) -> bool:
+        """Whether this Case's ranks must be bound to GPUs (default: the family's needs_gpu)."""
+        return self.needs_gpu
+
     # --- planning (runs on the CPU, in the parent, no GPU packages) ---
     # Three kinds of "this Case cannot run", kept apart so that `validate` can reject what the
     # suite alone decides: a parameter value outside its Param (checked from the table), a

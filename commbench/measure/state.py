@@ -27,6 +27,9 @@ class CaseState:
       e.g. a command rate.
     - ``sample_columns``: per-iteration values on this rank (column -> list, one per timed
       iteration) that samples.csv keeps beside ``time_us``, e.g. a training step's phases.
+    - ``timeline``: this rank's classified timeline of the timed steps, ``{"source", "steps":
+      [(start_us, end_us)], "intervals": [{kind, stream, start_us, end_us, name}]}``
+      (measure/step_split.py); the runner stores it as timeline/<case_id>.r<rank>.json.
     """
 
     stream: Any = None
@@ -38,3 +41,4 @@ class CaseState:
     count: int | None = None
     columns_from_time: Callable[[float], dict] | None = None
     sample_columns: dict = field(default_factory=dict)
+    timeline: dict | None = None

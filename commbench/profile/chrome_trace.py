@@ -5,7 +5,10 @@ Per rank (one trace process each, named "rank R (host)"):
 - ``iterations``: each timed iteration from the rank's start to its end (timeline.csv);
 - ``host API calls`` and ``host enqueue``: each NCCL API call and task enqueue (``--profile nccl``);
 - ``kernel ch N``: each NCCL kernel channel from its GPU start to its GPU end;
-- ``proxy ch N send|recv peer P``: each proxy op (network work of a channel) and its first steps.
+- ``proxy ch N send|recv peer P``: each proxy op (network work of a channel) and its first steps;
+- ``steps``, ``comm|compute|copy stream S`` and ``exposed comm``: a training or MoE-layer Case's
+  classified step timeline (timeline/<case_id>.r<rank>.json; profile/step_tracks.py), from the
+  rank's first timed step.
 
 Every stamp is moved onto rank 0's clock with the offsets measured for the Case
 (traces/cases.jsonl) and shown relative to the Case's earliest start, in
@@ -21,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import CommbenchError, RunFolderError
-from . import nccl_plugin, nccl_records
+from . import nccl_plugin, nccl_records, step_tracks
 from ..runfolder import check, timeline_files, trace_files
 
 TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
@@ -181,6 +184,10 @@ def case_trace(run_dir: Path, case_id: str) -> dict:
                                     common, lanes)
         for tid, name in sorted(lanes.names.items()):
             events += _meta(rank, tid, name, tid)
+    try:
+        events += step_tracks.case_tracks(run_dir, case_id)
+    except RunFolderError as exc:
+        raise TraceDataError(str(exc)) from None
     timed = [e for e in events if e["ph"] != "M"]
     shift = -min((e["ts"] for e in timed), default=0.0)
     if shift > 0:   # a GPU stamp moved by an offset estimate can land just before the first start

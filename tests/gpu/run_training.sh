@@ -33,7 +33,8 @@ MPI=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE -x NVSHMEM_D
   python3 - <<'PY'
 import pandas as pd
 df = pd.read_csv("/tmp/training-run/results.csv")
-cols = ["op", "model", "strategy", "status", "wrong", "step_us", "compute_us", "comm_us", "exposed_comm_us",
+cols = ["op", "model", "strategy", "status", "wrong", "step_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us",
+        "slowest_rank", "exposed_comm_sub_us",
         "overlap_pct", "comm_bytes_per_rank", "comm_bytes_per_rank_measured", "comm_busbw_gbps",
         "check_max_err", "reason"]
 pd.set_option("display.width", 250)

@@ -18,10 +18,12 @@
 #   tests     the GPU tests (pytest tests/gpu/test_*_gpu.py, the shared-rank allreduce tests) and
 #             the moe test driver under mpirun with 2 ranks sharing the GPU
 #   shared    ranks sharing the GPU through `commbench run` (NCCL with one NCCL_HOSTID per rank):
-#             collectives and allreduce at 2 and 4 ranks, training and MoE at 4, --profile nccl at
+#             collectives and allreduce at 2 and 4 ranks, training and MoE at 4, the FSDP step's
+#             timeline split at 2, --profile nccl at
 #             2 and 4, a straggler named, trace, one suite inside MPI (mpiexec -n 2 commbench run),
 #             compare refusing them
-#   families  small suites: nccl-smoke, allreduce-smoke, moe-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
+#   families  small suites: timeline-known (the step split's known answers), nccl-smoke, allreduce-smoke,
+#             moe-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
 #   families-all  those and nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
 #   tests-all every GPU test, the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
 #   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
@@ -117,6 +119,9 @@ group_shared() {   # the default slice of the rehearsal: 2 and 4 ranks on one GP
   run shared-allreduce 90 tests/gpu/suites/shared-allreduce.yaml --set 'sizes=[4MiB]' -- "${SHARED_NCCL[@]}"
   run shared-training 120 tests/gpu/suites/shared-training.yaml --set ranks=4 \
     -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
+  # the 2-rank FSDP step split from its timeline (a row that breaks an invariant comes back wrong)
+  run timeline-fsdp-np2 90 tests/gpu/suites/shared-training.yaml --set ranks=2 --only fsdp \
+    -- "${SHARED_NCCL[@]}" --require 'bench=fsdp:comm_us>0' --require 'bench=fsdp:compute_us>0'
   run shared-moe 150 tests/gpu/suites/shared-moe.yaml --set ranks=4 -- --shared --no-skip 'backend=nccl*'
   run shared-profile 150 tests/gpu/suites/shared-profile.yaml -- "${SHARED_NCCL[@]}" \
     --require 'bench=nccl-profiled:kernel_us>0' --require 'bench=nccl-profiled:nccl_channels>0' \
@@ -165,6 +170,7 @@ group_shared_full() {   # heaviest first where it matters least: collectives, In
     ipc,ipc_ll,nvshmem_ll,deepep,nccl_a2a
 }
 group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`)
+  run timeline-known 60 tests/gpu/suites/timeline-known.yaml   # known answers of the step split, 1 rank
   run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
   run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
   run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'

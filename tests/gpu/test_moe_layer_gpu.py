@@ -22,6 +22,7 @@ from commbench.errors import SkipCase
 from commbench.families import get_family
 from commbench.comm.context import RankContext
 from commbench.families.base import Case
+from commbench.measure.step_split import invariant_problems
 
 NO_GPU = not torch.cuda.is_available()
 BACKENDS = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",
@@ -70,7 +71,9 @@ def run_case(case: Case, ctx: RankContext, broken: bool = False) -> dict:
     finally:
         fam.teardown(state)
     keep = ("layer_us", "dispatch_us", "expert_us", "combine_us", "serial_us", "comm_share",
-            "overlap_gain", "grouped_gemm", "max_token_err", "calc_diff", "expert_pairs")
+            "overlap_gain", "grouped_gemm", "max_token_err", "calc_diff", "expert_pairs",
+            "step_us", "comm_us", "compute_us", "exposed_comm_us", "overlap_pct", "idle_us",
+            "tbo_hidden_us", "tbo_gain_pct", "timeline_note")
     return {**row, "status": "ok" if wrong == 0 else "wrong", "wrong": wrong,
             **{k: (round(v, 6) if isinstance(v, float) else v)
                for k, v in state.extra.items() if k in keep}}
@@ -181,7 +184,10 @@ def test_layer_one_rank_every_backend():
                 assert row["status"] == "wrong" and row["wrong"] > 0, row
             else:
                 assert row["status"] == "ok", row
-                assert row["layer_us"] > 0 and row["expert_us"] > 0
+                assert row["layer_us"] > 0 and row["expert_us"] > 0, row
+                # the split from the profiled batch keeps its invariants on every backend
+                assert invariant_problems(row) == [], row
+                assert (row.get("tbo_hidden_us") is not None) == (case.param("overlap") == "two_batch"), row
     finally:
         close(ctx)
 

@@ -435,9 +435,10 @@ def test_layer_state_schedule_measure_and_check_on_cpu(monkeypatch, overlap, dty
     samples = state.measure(warmup=1, iters=3)
     assert len(samples) == 3 and state.timing_label == "events"
     ex = state.extra
-    for col in ("layer_us", "dispatch_us", "expert_us", "combine_us", "serial_us", "comm_share",
-                "overlap_gain", "expert_tflops"):
+    for col in ("layer_us", "serial_us", "overlap_gain"):
         assert ex[col] > 0, col
+    # no GPU records on the CPU: the split is missing, and the row says why
+    assert "dispatch_us" not in ex and "0 of 3 layer steps" in ex["timeline_note"]
     assert ex["grouped_gemm"] in ("grouped_mm", "loop") and ex["micro_batches"] == len(state.mbs)
     assert ex["expert_pairs"] == 9 * 4                     # one rank owns every expert
     assert state.check() == 0 and ex["max_token_err"] < layer_ref.token_rtol(dtype != "bfloat16")

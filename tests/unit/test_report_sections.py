@@ -21,11 +21,12 @@ RUNS = ROOT / "tests" / "fixtures" / "runs"
 
 
 def test_every_section_module_registers_one_section_in_a_fixed_order():
-    modules = {m.name for m in pkgutil.iter_modules(sections.__path__)} - {"base"}
+    # (base and _private helpers are not sections: the registry skips them)
+    modules = {m.name for m in pkgutil.iter_modules(sections.__path__) if not m.name.startswith("_")} - {"base"}
     found = all_sections()
     assert len(found) == len(modules)   # a module without SECTION would be silently left out
-    assert [s.name for s in found] == ["summary", "curves", "bounds", "burnin", "training", "timelines", "moe_layer",
-                                       "tables", "metadata", "warnings"]
+    assert [s.name for s in found] == ["summary", "curves", "bounds", "burnin", "training", "step_timelines",
+                                       "timelines", "moe_layer", "tables", "metadata", "warnings"]
     assert len({s.order for s in found}) == len(found)
     assert {s.name: s.family for s in found if s.family} == {"training": "training", "moe_layer": "moe"}
 
@@ -37,7 +38,7 @@ def test_the_report_writes_the_sections_that_apply_in_their_order():
 
 def _training_rows(family: str) -> pd.DataFrame:
     return pd.DataFrame([dict(family=family, op="fsdp", strategy="fsdp", status="ok", step_us=10.0,
-                              compute_us=6.0, comm_us=5.0, exposed_comm_us=4.0)])
+                              compute_us=6.0, comm_us=5.0, exposed_comm_us=3.0, idle_us=1.0)])
 
 
 def test_a_family_view_applies_only_to_rows_of_its_family():

@@ -34,7 +34,8 @@ def _rows(n_strategies: int, ops=("fsdp", "tp")) -> pd.DataFrame:
             rows.append(dict(family="training", op=op, status="ok", model="llama-ish-8b",
                              strategy=f"reshard+prefetch hsdp {i}x2 overlap_grad_reduce",
                              reduce_dtype="bfloat16" if i % 2 else "float32", tokens_per_rank=4096 * (i + 1),
-                             step_us=100.0 + i, compute_us=60.0, comm_us=50.0, exposed_comm_us=40.0))
+                             step_us=100.0 + i, compute_us=60.0, comm_us=50.0, exposed_comm_us=40.0,
+                             idle_us=float(i)))
     return pd.DataFrame(rows)
 
 

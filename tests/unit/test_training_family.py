@@ -7,6 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from commbench.errors import SuiteError
+from commbench.measure import step_split
+from commbench.runfolder import step_timelines
 from commbench.families.training import FAMILY, strategy
 from commbench.families.training.bytes import bucket_sizes, bus_bytes, layer_weight_sizes, step_bytes
 from commbench.families.training.shapes import problems, resolve
@@ -319,9 +321,20 @@ def test_cpu_suite_every_op_correct(cpu_run):
     assert (df.comm_bytes_per_rank > 0).all()
     for col in ("step_us", "compute_us", "comm_us", "exposed_comm_us", "fwd_us", "bwd_us"):
         assert (df[col] > 0).all() or col == "exposed_comm_us", col
-    assert (df.exposed_comm_us >= 0).all() and df.overlap_pct.between(0, 100).all()
-    assert (df.step_us == df.time_us).all() and (df.timing == "step_host").all()
+    # the split from the host timeline keeps its invariants on every row
+    assert (df.exposed_comm_us >= 0).all() and (df.exposed_comm_us <= df.comm_us).all()
+    assert df.overlap_pct.between(0, 100).all()
+    for row in df.to_dict("records"):
+        assert step_split.invariant_problems(row) == [], row["case_id"]
+    assert "timeline_note" not in df.columns or df.timeline_note.isna().all()
+    assert df.slowest_rank.isin([0, 1]).all() and (df.exposed_comm_sub_us >= 0).all()
+    assert (df.timing == "step_host").all()
     assert df[df.op == "distopt"].optim_us.notna().all()
+    for case_id in df.case_id:
+        assert step_timelines.ranks_of(cpu_run, case_id) == [0, 1]
+        doc = step_timelines.read(cpu_run, case_id, 1)
+        assert doc["source"] == "host" and len(doc["steps"]) == 4
+        assert {iv["kind"] for iv in doc["intervals"]} == {"comm", "compute"}
 
 
 @needs_mpi
@@ -329,7 +342,8 @@ def test_cpu_suite_samples_and_report(cpu_run):
     from commbench.runfolder.reader import load_samples
 
     samples = load_samples(cpu_run)
-    for col in ("compute_us", "comm_us", "fwd_us", "bwd_us"):
+    for col in ("compute_us", "comm_us", "exposed_comm_us", "idle_us", "compute_alone_us", "comm_alone_us",
+                "fwd_us", "bwd_us"):
         assert samples[col].notna().all(), col
     assert set(samples["rank"]) == {0, 1}
     assert (cpu_run / "plots" / "training_overlap.png").stat().st_size > 1000

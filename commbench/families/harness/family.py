@@ -1,4 +1,5 @@
-"""Harness self-checks: MPI barrier latency, a known-length spin, and deliberate hang/crash Cases.
+"""Harness self-checks: MPI barrier latency, a known-length spin, deliberate hang/crash Cases, and
+the known-answer step of the timeline measurement (`overlap`, overlap.py, backend `cuda`).
 
 `barrier` is a real measurement (the control plane's round trip). `spin` busy-waits a known time
 on every rank (size_bytes x spin_ns_per_byte nanoseconds, stretched by `slow_pct`), so a test can
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from ...comm.context import RankContext
 from ...measure.state import CaseState
 from ..base import Case, Family, Param, Traffic
+from . import overlap
 
 VICTIM_OPS = ("hang", "crash", "fail")   # the ops one rank (victim_rank) misbehaves in
+GPU_OPS = ("overlap",)                   # on a GPU (backend cuda); the others on the control plane (mpi)
 
 @dataclass
 class HarnessState(CaseState):
@@ -31,9 +34,10 @@ class HarnessState(CaseState):
 
 class Harness(Family):
     name = "harness"
-    summary = "control-plane barrier latency, a known-length spin, deliberate hang/crash/fail Cases (self-checks)"
-    ops = ("barrier", "spin", "hang", "crash", "fail")
-    backends = ("mpi",)
+    summary = ("control-plane barrier latency, a known-length spin, deliberate hang/crash/fail Cases, "
+               "the timeline's known-answer overlap step (self-checks)")
+    ops = ("barrier", "spin", "hang", "crash", "fail", "overlap")
+    backends = ("mpi", "cuda")
     dtypes = ("int32",)
     default_dtype = "int32"
     needs_gpu = False
@@ -46,15 +50,33 @@ class Harness(Family):
         "slow_pct": Param(0.0, (int, float), "spin: stretch every spin by this percent (a known "
                                                "slowdown for testing compare; 0 in real suites)",
                           range=(0, 1000)),
+        "placement": Param("half", (str,), "overlap: where the communication stand-in runs against the "
+                                           "compute (under, half under, after)", choices=overlap.PLACEMENTS),
+        "spin_compute_us": Param(2000.0, (int, float), "overlap: the compute spin per step (us)",
+                                 range=(10, 1_000_000)),
+        "spin_comm_us": Param(1000.0, (int, float), "overlap: the communication stand-in per step (us)",
+                              range=(10, 1_000_000)),
     }
 
+    def needs_gpu_for(self, case: Case) -> bool:
+        return case.op in GPU_OPS
+
     def impossible(self, case: Case) -> tuple[str, str] | None:
+        if (case.op in GPU_OPS) != (case.backend == "cuda"):
+            return ("backends", f"op {case.op} runs on backend {'cuda' if case.op in GPU_OPS else 'mpi'}")
+        if case.op == "overlap":
+            problem = overlap.placement_problem(case.param("placement", "half"), case.param("spin_compute_us", 2000.0),
+                                                case.param("spin_comm_us", 1000.0))
+            if problem:
+                return ("params.spin_comm_us", problem)
         victim = case.param("victim_rank", -1)
         if case.op in VICTIM_OPS and victim >= case.ranks:
             return ("params.victim_rank", f"victim_rank ({victim}) is not one of the {case.ranks} rank(s)")
         return None
 
-    def setup(self, case: Case, ctx: RankContext) -> HarnessState:
+    def setup(self, case: Case, ctx: RankContext):
+        if case.op == "overlap":
+            return overlap.setup(case, ctx)
         victim = case.param("victim_rank", -1) % ctx.world.size
         if case.op == "fail" and ctx.world.rank == victim:
             raise RuntimeError("harness fail: this rank's set-up raised on purpose")
@@ -80,7 +102,9 @@ class Harness(Family):
             os._exit(17)
         state.world.barrier()
 
-    def check(self, state: HarnessState) -> int:
+    def check(self, state) -> int:
+        if isinstance(state, overlap.OverlapState):
+            return overlap.check(state)
         return state.early
 
     def traffic(self, case: Case, world_size: int) -> Traffic:

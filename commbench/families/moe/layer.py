@@ -10,22 +10,25 @@ overlap and vLLM's dual-batch overlap do:
     comm stream:    dispatch A | dispatch B      | combine A       | combine B
     compute stream:            | experts A       | experts B       |
 
-Besides the layer (the row's time), ``measure`` times each part alone over the
-same micro-batches (dispatch_us, expert_us, combine_us) and, for two_batch, the
-micro-batches one after the other on one stream (serial_us).
+Besides the layer (the row's time), ``measure`` times, for two_batch, the
+micro-batches one after the other on one stream (serial_us), then runs the
+layer once more under the profiler: dispatch, experts and combine, the exposed
+communication and what two-batch overlap hid come from that GPU timeline
+(layer_timeline.py).
 """
 from __future__ import annotations
 
 import math
 import statistics
+from contextlib import nullcontext
 
 import torch
 
 from ...comm.agree import agree
 from ...errors import SkipCase
-from ...measure import timing
+from ...measure import step_split, timing
 from ...measure.state import CaseState
-from . import layer_ref
+from . import layer_profile, layer_ref, layer_timeline
 from . import reference as ref
 from .experts import LocalExperts
 from .expert_pack import ExpertStep
@@ -82,6 +85,7 @@ class LayerState(CaseState):
         self.stream = torch.cuda.Stream(self.device)
         self.side = torch.cuda.Stream(self.device) if self.overlap == "two_batch" else None
         self.events = [torch.cuda.Event() for _ in range(4)]
+        self.regions = False   # annotate dispatch / experts / combine (the profiled batch only)
         self.count = p.tokens
         self.mbs: list[MicroBatch] = []
         self._deepep_normal = None
@@ -175,11 +179,21 @@ class LayerState(CaseState):
         else:
             self.run_overlapped()
 
+    def _region(self, part: str, index: int):
+        if not self.regions:
+            return nullcontext()
+        from torch.profiler import record_function
+
+        return record_function(layer_timeline.region_label(part, index))
+
     def run_serial(self) -> None:
-        for mb in self.mbs:
-            mb.comm.dispatch()
-            mb.experts()
-            mb.comm.combine()
+        for i, mb in enumerate(self.mbs):
+            with self._region("dispatch", i):
+                mb.comm.dispatch()
+            with self._region("experts", i):
+                mb.experts()
+            with self._region("combine", i):
+                mb.comm.combine()
 
     def run_overlapped(self) -> None:
         # Enqueue order matters when a dispatch blocks the host (DeepEP normal mode waits for
@@ -187,37 +201,30 @@ class LayerState(CaseState):
         main, side = torch.cuda.current_stream(self.device), self.side
         a, b = self.mbs
         d_a, e_a, d_b, e_b = self.events
+        region = self._region
         side.wait_stream(main)
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), region("dispatch", 0):
             a.comm.dispatch()
             d_a.record(side)
         main.wait_event(d_a)
-        a.experts()
+        with region("experts", 0):
+            a.experts()
         e_a.record(main)
         with torch.cuda.stream(side):
-            b.comm.dispatch()
+            with region("dispatch", 1):
+                b.comm.dispatch()
             d_b.record(side)
             side.wait_event(e_a)
-            a.comm.combine()
+            with region("combine", 0):
+                a.comm.combine()
         main.wait_event(d_b)
-        b.experts()
+        with region("experts", 1):
+            b.experts()
         e_b.record(main)
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), region("combine", 1):
             side.wait_event(e_b)
             b.comm.combine()
         main.wait_stream(side)
-
-    def dispatch_all(self) -> None:
-        for mb in self.mbs:
-            mb.comm.dispatch()
-
-    def experts_all(self) -> None:
-        for mb in self.mbs:
-            mb.experts()
-
-    def combine_all(self) -> None:
-        for mb in self.mbs:
-            mb.comm.combine()
 
     # --- measurement --------------------------------------------------------------------
     def _timed(self, fn, warmup: int, iters: int) -> list[float]:
@@ -231,24 +238,39 @@ class LayerState(CaseState):
         return statistics.median(max(v) for v in zip(*self.world.allgather(samples)))
 
     def _measure_layer(self, warmup: int, iters: int) -> list[float]:
-        """The layer's per-iteration times (the row's time_us), then each part alone."""
+        """The layer's per-iteration times (the row's time_us); serial_us (two_batch); then the
+        timeline's columns from one profiled batch (``timeline`` keeps this rank's)."""
         samples = self._timed(self.run, warmup, iters)
-        parts = {"dispatch_us": self.dispatch_all, "expert_us": self.experts_all,
-                 "combine_us": self.combine_all}
         if self.side is not None:
-            parts["serial_us"] = self.run_serial
-        for name, fn in parts.items():
-            self.extra[name] = self._slowest_median(self._timed(fn, warmup, iters))
+            self.extra["serial_us"] = self._slowest_median(self._timed(self.run_serial, warmup, iters))
         layer = self._slowest_median(samples)
         serial = self.extra.setdefault("serial_us", layer)
+        self.extra.update(layer_us=layer, overlap_gain=serial / layer)
+        self._timeline_columns(iters)
+        return samples
+
+    def _timeline_columns(self, iters: int) -> None:
+        """The slowest rank's split of the profiled batch (layer_timeline), or timeline_note."""
+        windows, intervals, note = layer_profile.profiled_steps(self, iters)
+        cols = {}
+        if not note:
+            try:
+                cols = layer_timeline.rank_columns(windows, intervals, self.side is not None)
+            except ValueError as exc:
+                note = str(exc)
+        if not note:   # this rank's, for the run folder (timeline/<case_id>.r<rank>.json)
+            self.timeline = {"source": "cupti", "steps": windows, "intervals": intervals}
+        gathered = self.world.allgather((cols, note))
+        notes = [f"rank {r}: {n}" for r, (_c, n) in enumerate(gathered) if n]
+        if notes:
+            self.extra["timeline_note"] = "; ".join(notes)[:300]
+            return
+        rank, cols = step_split.slowest([c for c, _n in gathered])
         p = self.problem
         flops = 2.0 * 3 * p.hidden * self.inter * p.tokens * p.topk   # mean rank's pairs
-        self.extra.update(
-            layer_us=layer,
-            comm_share=(self.extra["dispatch_us"] + self.extra["combine_us"]) / layer,
-            overlap_gain=serial / layer,
-            expert_tflops=flops / (self.extra["expert_us"] * 1e-6) / 1e12)
-        return samples
+        self.extra.update(cols, slowest_rank=rank, comm_share=cols["comm_us"] / cols["step_us"],
+                          expert_tflops=flops / (cols["expert_us"] * 1e-6) / 1e12
+                          if cols["expert_us"] > 0 else None)
 
     # --- correctness (untimed) ----------------------------------------------------------
     def _check_local(self) -> tuple[int, float, float]:

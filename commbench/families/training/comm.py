@@ -15,11 +15,17 @@
 
 Tags name handles that a later step waits for (distopt's parameter
 all-gather); untagged issues get a per-step number.
+
+On the CPU a `timeline` (measure/host_timeline.py) may be set for the timed
+steps: each collective reports its issue and its completion (gloo's future, or
+the wait that found it done), and each wait reports the time the host was
+blocked in it. On a GPU the profiler sees the kernels themselves.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...measure.host_timeline import now_us
 from .bytes import KINDS, bus_bytes
 
 
@@ -30,12 +36,21 @@ class Handle:
     works: list = field(default_factory=list)
     done: bool = False
     restore: object = None   # a version-counter guard to re-apply once the work is done
+    timeline: object = None   # the host timeline the works were issued under (CPU, timed steps)
+    tokens: list = field(default_factory=list)   # the works' entries on it
 
     def wait(self) -> None:
         if self.done:
             return
+        timeline = self.timeline
+        start = now_us() if timeline is not None else 0.0
         for work in self.works:
             work.wait()
+        if timeline is not None:
+            end = now_us()
+            timeline.blocked(start, end)
+            for token in self.tokens:
+                timeline.comm_done(token, end)
         if self.restore is not None:
             self.restore.__exit__(None, None, None)
         self.done = True
@@ -53,6 +68,7 @@ class Comm:
         self.sent_bytes = dict.fromkeys(KINDS, 0.0)
         self._n = 0
         self.side_stream = None   # CUDA: where chained collectives wait, off the compute stream
+        self.timeline = None      # CPU: the host timeline of the timed steps (None: not recorded)
 
     def begin_step(self) -> None:
         self._n = 0
@@ -133,8 +149,23 @@ class Comm:
             self.sent_bytes[kind] += bus_bytes(kind, nbytes, n)
             out, inp, where = desc
             self.log.append(("issue", tag, (kind, _spec(out), _spec(inp), where)))
-        works = fn() if self.mode == "full" else []
-        return Handle(self, tag, [w for w in works if w is not None])
+        works = [w for w in (fn() if self.mode == "full" else []) if w is not None]
+        handle = Handle(self, tag, works)
+        if self.timeline is not None:
+            handle.timeline = self.timeline
+            handle.tokens = [_track(self.timeline, kind, w) for w in works]
+        return handle
+
+
+def _track(timeline, kind: str, work) -> int:
+    """A work's entry on the host timeline, closed by gloo's future when it completes (works
+    without a future are closed by the wait that sees them done)."""
+    token = timeline.comm_started(kind)
+    try:
+        work.get_future().then(lambda _fut: timeline.comm_done(token))
+    except (RuntimeError, AttributeError):
+        pass
+    return token
 
 
 def _nbytes(t) -> int:

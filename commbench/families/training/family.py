@@ -4,9 +4,9 @@ Ops are parallelism strategies (fsdp, distopt, tp, cp) run as real steps:
 GEMMs and SDPA attention of a model preset's shapes, collectives through
 torch.distributed (NCCL on GPUs, gloo on the CPU) on the group's
 communication stream, overlapped as the strategy schedules them. The step is
-timed whole, again without communication and again without compute
-(steptime.py); the check compares with a single-process reference
-(docs/families/training.md).
+recorded on a timeline and split into compute, exposed communication and idle
+time (steptime.py, measure/step_split.py); the check compares with a
+single-process reference (docs/families/training.md).
 """
 from __future__ import annotations
 
@@ -120,23 +120,30 @@ class TrainingFamily(Family):
             state.schedule.step(NullTimer())
 
     def measure_steps(self, state: TrainingState, warmup: int, iters: int) -> list[float]:
-        """The step timed whole, without communication and without compute (steptime.py)."""
+        """The step on its timeline (split per step), and the two cross-check runs (steptime.py)."""
         from . import steptime
 
-        sync = state.stream.synchronize if state.stream is not None else (lambda: None)
+        cuda = state.stream is not None
+        timeline = _timeline(cuda)
+        sync = state.stream.synchronize if cuda else (lambda: None)
         with _on(state.stream):
-            mine = steptime.run_modes(state.schedule, state.comm, warmup, iters,
-                                      state.stream is not None, state.world.barrier, sync)
+            modes = steptime.run_modes(state.schedule, state.comm, warmup, iters, cuda,
+                                       state.world.barrier, sync, timeline)
+        mine = steptime.rank_result(modes, timeline)
         sent = sum(state.comm.sent_bytes.values())
         gathered = state.world.allgather((mine, sent))
         cols = steptime.summarize([g[0] for g in gathered])
         measured = max(g[1] for g in gathered)
         cols["comm_bytes_per_rank_measured"] = int(round(measured))
         formula = state.extra["comm_bytes_per_rank"]
-        cols["comm_busbw_gbps"] = formula / cols["comm_us"] / 1e3 if cols["comm_us"] > 0 else 0.0
+        comm_us = cols.get("comm_us") or 0.0
+        cols["comm_busbw_gbps"] = formula / comm_us / 1e3 if comm_us > 0 else 0.0
         state.extra.update(cols)
         state.sample_columns = steptime.sample_columns(mine)
-        return list(mine["step"][0])
+        if timeline.windows:
+            state.timeline = {"source": timeline.source, "steps": timeline.windows,
+                              "intervals": timeline.intervals}
+        return steptime.samples(mine)
 
     def check(self, state: TrainingState) -> int:
         with _on(state.stream):
@@ -164,6 +171,13 @@ class TrainingFamily(Family):
 
 def _as_list(v) -> list:
     return list(v) if isinstance(v, list) else [v]
+
+
+def _timeline(cuda: bool):
+    from ...measure.gpu_timeline import GpuTimeline
+    from ...measure.host_timeline import HostTimeline
+
+    return GpuTimeline() if cuda else HostTimeline()
 
 
 def _device(backend: str, ctx: RankContext) -> str:

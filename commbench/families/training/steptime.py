@@ -1,25 +1,29 @@
-"""Timing a training step as a whole, in three versions of the same schedule.
+"""Timing a training step: the step's own timeline, and two cross-check runs of the same schedule.
 
-- step: compute and communication as scheduled (`step_us`, and the phase
-  marks fwd / bwd / optim inside it);
-- compute: the same schedule with every collective skipped (`compute_us`);
-- comm: the step's collectives replayed with compute removed (`comm_us`).
+- step: compute and communication as scheduled, recorded on a timeline (GPU: the CUPTI records
+  through torch.profiler, measure/gpu_timeline.py; CPU: the host regions the schedule reports,
+  measure/host_timeline.py). Each step's window is split into compute, communication, exposed
+  communication and idle time (measure/step_split.py): those are the row's columns. The step is
+  also bracketed by CUDA events (GPU) or the host clock for the phase marks fwd / bwd / optim.
+- compute: the same schedule with every collective skipped (`compute_alone_us`);
+- comm: the step's collectives replayed with compute removed (`comm_alone_us`).
+The old estimate, step minus compute-alone, stays as `exposed_comm_sub_us`.
 
-On a GPU each step is bracketed by CUDA events on the compute stream (a
-step's last wait puts all its communication before the end event), with no
-host synchronisation inside a batch; on the CPU by the host clock. Ranks
-meet at a barrier before each batch. Per iteration the slowest rank counts.
+Ranks meet at a barrier before each batch, with no host synchronisation inside it.
 """
 from __future__ import annotations
 
 import statistics
 import time
+from contextlib import nullcontext
 
+from ...measure import step_split
 from .comm import Replay
 from .schedule import NullTimer
 
 PHASES = ("fwd", "bwd", "optim")
 MODES = ("step", "compute", "comm")
+PER_STEP = ("compute_us", "comm_us", "copy_us", "exposed_comm_us", "idle_us")
 
 
 class _HostTimer:
@@ -51,16 +55,18 @@ class _EventTimer:
         return [(n, first.elapsed_time(e) * 1e3) for n, e in self.marks]
 
 
-def _batch(run, iters: int, cuda: bool, barrier, sync) -> tuple[list[float], list[dict]]:
+def _batch(run, iters: int, cuda: bool, barrier, sync, timeline=None) -> tuple[list[float], list[dict]]:
     timers = []
-    sync()
-    barrier()
-    for _ in range(iters):
-        timer = _EventTimer() if cuda else _HostTimer()
-        run(timer)
-        timer.mark("end")
-        timers.append(timer)
-    sync()
+    with timeline.capture() if timeline is not None else nullcontext():
+        sync()
+        barrier()
+        for i in range(iters):
+            with timeline.step(i) if timeline is not None else nullcontext():
+                timer = _EventTimer() if cuda else _HostTimer()
+                run(timer)
+                timer.mark("end")
+            timers.append(timer)
+        sync()
     totals, phases = [], []
     for timer in timers:
         marks = timer.times_us()
@@ -69,27 +75,41 @@ def _batch(run, iters: int, cuda: bool, barrier, sync) -> tuple[list[float], lis
     return totals, phases
 
 
-def run_modes(schedule, comm, warmup: int, iters: int, cuda: bool, barrier, sync) -> dict:
-    """{mode: (per-iteration totals, per-iteration phases)} on this rank, plus the comm log."""
+def run_modes(schedule, comm, warmup: int, iters: int, cuda: bool, barrier, sync, timeline) -> dict:
+    """{mode: (per-iteration totals, per-iteration phases)} on this rank; the step batch is
+    recorded on ``timeline`` (a GpuTimeline or HostTimeline), which the Comm reports to."""
     comm.mode = "full"
     comm.start_recording()             # the first warm-up step also records what it sends
     schedule.step(NullTimer())
     comm.recording = False
     replay = Replay(comm.log, comm)
     runs = {"step": schedule.step, "compute": schedule.step, "comm": lambda _timer: replay.step()}
+    host = timeline if timeline.source == "host" else None   # the GPU's records need no reports
     out = {}
     try:
         for mode in MODES:
             comm.mode = "compute" if mode == "compute" else "full"
             for _ in range(warmup - (1 if mode == "step" else 0)):
                 runs[mode](NullTimer())
-            out[mode] = _batch(runs[mode], iters, cuda, barrier, sync)
+            comm.timeline = host if mode == "step" else None
+            out[mode] = _batch(runs[mode], iters, cuda, barrier, sync, timeline if mode == "step" else None)
+            comm.timeline = None
             schedule.drain()
             replay.drain()
             sync()
     finally:
-        comm.mode = "full"
+        comm.mode, comm.timeline = "full", None
     return out
+
+
+def rank_result(modes: dict, timeline) -> dict:
+    """What one rank sends to the others: its mode timings and its per-step splits."""
+    windows = timeline.windows
+    splits = step_split.split_steps(timeline.intervals, windows) if windows else []
+    note = timeline.note
+    if windows and len(windows) != len(modes["step"][0]):
+        note = note or f"the timeline has {len(windows)} step(s) of {len(modes['step'][0])}"
+    return {"modes": modes, "splits": splits, "note": note}
 
 
 def slowest_median(per_rank: list[list[float]]) -> float:
@@ -98,26 +118,44 @@ def slowest_median(per_rank: list[list[float]]) -> float:
 
 
 def summarize(gathered: list[dict]) -> dict:
-    """Row columns from every rank's run_modes output (see docs/families/training.md)."""
-    cols = {}
-    for mode, name in (("step", "step_us"), ("compute", "compute_us"), ("comm", "comm_us")):
-        cols[name] = slowest_median([g[mode][0] for g in gathered])
+    """Row columns from every rank's rank_result (see docs/families/training.md)."""
+    cols: dict = {}
+    modes = [g["modes"] for g in gathered]
+    step_events = slowest_median([m["step"][0] for m in modes])
+    cols["compute_alone_us"] = slowest_median([m["compute"][0] for m in modes])
+    cols["comm_alone_us"] = slowest_median([m["comm"][0] for m in modes])
+    cols["exposed_comm_sub_us"] = max(0.0, step_events - cols["compute_alone_us"])
     for phase in PHASES:
-        per_rank = [[p.get(phase) for p in g["step"][1]] for g in gathered]
+        per_rank = [[p.get(phase) for p in m["step"][1]] for m in modes]
         if all(v is not None for vals in per_rank for v in vals):
             cols[f"{phase}_us"] = slowest_median(per_rank)
-    exposed = max(0.0, cols["step_us"] - cols["compute_us"])
-    cols["exposed_comm_us"] = exposed
-    cols["overlap_pct"] = (100.0 * min(1.0, max(0.0, 1.0 - exposed / cols["comm_us"]))
-                           if cols["comm_us"] > 0 else None)
+    notes = [f"rank {r}: {g['note']}" for r, g in enumerate(gathered) if g["note"]]
+    if notes or not all(g["splits"] for g in gathered):
+        cols["timeline_note"] = "; ".join(notes) or "no timeline"
+        cols["step_us"] = step_events
+        return cols
+    rank, split = step_split.slowest([step_split.mean_split(g["splits"]) for g in gathered])
+    cols.update(split)
+    cols["slowest_rank"] = rank
     return cols
+
+
+def samples(mine: dict) -> list[float]:
+    """This rank's per-iteration step times: its timeline's windows, else the step's clock."""
+    if mine["splits"] and not mine["note"]:
+        return [s["step_us"] for s in mine["splits"]]
+    return list(mine["modes"]["step"][0])
 
 
 def sample_columns(mine: dict) -> dict[str, list[float]]:
     """This rank's per-iteration columns for samples.csv (beside time_us = the step)."""
-    cols = {"compute_us": mine["compute"][0], "comm_us": mine["comm"][0]}
+    modes = mine["modes"]
+    cols = {"compute_alone_us": modes["compute"][0], "comm_alone_us": modes["comm"][0]}
+    if mine["splits"] and not mine["note"]:
+        for key in PER_STEP:
+            cols[key] = [s[key] for s in mine["splits"]]
     for phase in PHASES:
-        vals = [p.get(phase) for p in mine["step"][1]]
+        vals = [p.get(phase) for p in modes["step"][1]]
         if all(v is not None for v in vals):
             cols[f"{phase}_us"] = vals
     return cols

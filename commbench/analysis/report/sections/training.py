@@ -1,9 +1,16 @@
 """The training family's view: where a step's time goes, per strategy (report/training.py draws it)."""
 from __future__ import annotations
 
-from ..plots import figure_png
+from ._step_view import add_view
 from ..training import overlap_figure, overlap_table
 from .base import ReportSection
+
+TEXT = ("Per op, one bar per strategy: the step split from the GPU's timeline (the host's on the CPU), "
+        "the slowest rank's mean step: compute, copy, exposed communication (communication with no "
+        "compute beside it) and idle time stack to the step; the communication that ran hidden "
+        "under compute is hatched over the top of the compute part (red and hatched: all communication). "
+        "exposed_comm_sub_us is the old estimate (step minus the step run without communication), kept "
+        "as a cross-check. docs/families/training.md defines the columns.")
 
 
 def applies(report) -> bool:
@@ -11,14 +18,8 @@ def applies(report) -> bool:
 
 
 def add(doc, report) -> None:
-    df = report.rows
-    sec = doc.section("Training step: compute and communication")
-    sec.text("Per op, one bar per strategy: compute (the step with communication removed), "
-             "exposed communication (step - compute) and hidden communication (the rest of the "
-             "communication time, which ran under compute). docs/families/training.md defines the columns.")
-    fig = overlap_figure(df)
-    sec.image(figure_png(fig) if fig is not None else None, "training step breakdown", "training.png")
-    sec.table(overlap_table(df))
+    add_view(doc, "Training step: compute and communication", TEXT, overlap_figure(report.rows),
+             "training step breakdown", "training.png", overlap_table(report.rows))
 
 
 SECTION = ReportSection("training", 30, add, applies, family="training")

@@ -1,0 +1,188 @@
+"""The step split (measure/step_split.py) on timelines of every kind (fixtures), the Kineto reader
+(measure/gpu_timeline.py), the host timeline, the runner's invariant check and the harness's
+known answers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from commbench import runner
+from commbench.families.harness import overlap
+from commbench.measure import gpu_timeline, host_timeline, step_split
+
+FIXTURES = Path(__file__).parent / "fixtures" / "timelines"
+SPLIT_FIXTURES = sorted(p for p in FIXTURES.glob("*.json") if "traceEvents" not in json.loads(p.read_text()))
+
+
+def _same(got: dict, want: dict) -> None:
+    for key, value in want.items():
+        if value is None:
+            assert got[key] is None, key
+        else:
+            assert got[key] == pytest.approx(value, abs=1e-6), key
+
+
+@pytest.mark.parametrize("path", SPLIT_FIXTURES, ids=lambda p: p.stem)
+def test_each_recorded_timeline_splits_as_expected(path):
+    doc = json.loads(path.read_text())
+    splits = step_split.split_steps(doc["intervals"], [tuple(s) for s in doc["steps"]])
+    assert len(splits) == len(doc["expected"])
+    for got, want in zip(splits, doc["expected"]):
+        _same(got, want)
+        assert step_split.invariant_problems(got) == []
+        assert got["compute_us"] + got["exposed_comm_us"] + got["idle_us"] == pytest.approx(got["step_us"])
+
+
+def test_the_fixtures_cover_every_kind():
+    names = {p.stem for p in SPLIT_FIXTURES}
+    assert {"fully_under", "half_under", "after", "no_comm", "two_comm_streams", "nested_same_kind"} <= names
+
+
+def test_union_and_subtract():
+    assert step_split.union([(5, 8), (0, 2), (1, 3), (8, 9), (4, 4)]) == [(0, 3), (5, 9)]
+    assert step_split.subtract([(0, 10)], [(2, 3), (5, 12)]) == [(0, 2), (3, 5)]
+    assert step_split.subtract([(0, 10), (20, 30)], [(-5, 1), (25, 26)]) == [(1, 10), (20, 25), (26, 30)]
+    assert step_split.length([(0, 3), (1, 4)]) == 4
+
+
+def test_the_mean_of_steps_keeps_the_identity_and_the_slowest_rank_is_named():
+    splits = [step_split.split_window([{"kind": "compute", "start_us": 0, "end_us": c},
+                                       {"kind": "comm", "start_us": c - 10, "end_us": c + e}], 0, c + e + i)
+              for c, e, i in ((100, 5, 1), (90, 30, 0), (120, 0, 7))]
+    mean = step_split.mean_split(splits)
+    assert mean["compute_us"] + mean["exposed_comm_us"] + mean["idle_us"] == pytest.approx(mean["step_us"])
+    assert 0 <= mean["overlap_pct"] <= 100
+    rank, split = step_split.slowest([{"step_us": 5.0}, {"step_us": 9.0}, {"step_us": 7.0}])
+    assert (rank, split) == (1, {"step_us": 9.0})
+
+
+GOOD = {"step_us": 100.0, "compute_us": 70.0, "comm_us": 40.0, "exposed_comm_us": 20.0, "overlap_pct": 50.0,
+        "idle_us": 10.0, "status": "ok"}
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"exposed_comm_us": 50.0, "idle_us": -20.0}, "exposed_comm_us 50.0 > comm_us 40.0"),
+    ({"overlap_pct": 130.0}, "overlap_pct 130.0 outside 0..100"),
+    ({"idle_us": 20.0}, "!= step_us 100.0"),
+    ({"exposed_comm_us": -5.0, "idle_us": 35.0}, "exposed_comm_us -5.0 < 0"),
+])
+def test_the_runner_marks_a_row_that_breaks_an_invariant_wrong(change, says):
+    row = dict(GOOD)
+    runner.apply_split_invariants(row)
+    assert row["status"] == "ok"
+    row.update(change)
+    runner.apply_split_invariants(row)
+    assert row["status"] == "wrong" and says in row["reason"], row["reason"]
+
+
+def test_the_identity_has_a_tolerance_and_rows_without_a_split_pass():
+    row = {**GOOD, "idle_us": 10.0 + 0.4}   # 0.4 us off a 100 us step: inside max(2 us, 0.5%)
+    assert step_split.invariant_problems(row) == []
+    assert step_split.tolerance_us(10_000.0) == 50.0 and step_split.tolerance_us(10.0) == 2.0
+    assert step_split.invariant_problems({"time_us": 5.0, "comm_us": 3.0}) == []
+    assert step_split.invariant_problems({**GOOD, "overlap_pct": float("nan")}) == []   # an empty cell
+
+
+def test_kineto_records_become_classified_steps():
+    doc = json.loads((FIXTURES / "kineto_two_steps.json").read_text())
+    windows, intervals = gpu_timeline.rebase(*gpu_timeline.steps_from_trace(doc["traceEvents"]))
+    assert [list(w) for w in windows] == doc["steps"]
+    kinds = {iv["name"].split("(")[0]: iv["kind"] for iv in intervals}
+    assert kinds["ncclDevKernel_AllGather_RING_LL"] == "comm"
+    assert kinds["Memcpy PtoP "] == "comm" and kinds["Memcpy DtoD "] == "copy" and kinds["Memset "] == "copy"
+    assert not any(iv["start_us"] < 0 for iv in intervals)   # the kernel launched before the steps is left out
+    for got, want in zip(step_split.split_steps(intervals, windows), doc["expected"]):
+        _same(got, want)
+
+
+def test_classify_by_name():
+    c = gpu_timeline.classify
+    assert c("ncclKernel_AllReduce_RING_LL_Sum_float", "kernel") == "comm"
+    assert c("void deep_ep::intranode::dispatch<8, 768>(...)", "kernel") == "comm"
+    assert c("void ll_dispatch<128>(...)", "kernel") == "comm"
+    assert c("void pack_rows(...)", "kernel") == "compute"
+    assert c("commbench_comm_standin(long long)", "kernel") == "compute"
+    assert c("commbench_comm_standin(long long)", "kernel", ["commbench_comm_standin"]) == "comm"
+    assert c("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy") == "copy"
+
+
+def test_the_host_timeline_counts_waits_as_exposed_or_idle(monkeypatch):
+    clock = iter([0.0, 10.0, 100.0])   # step start, the collective's issue, step end
+    monkeypatch.setattr(host_timeline, "now_us", lambda: next(clock))
+    tl = host_timeline.HostTimeline()
+    with tl.capture(), tl.step(0):
+        token = tl.comm_started("all_gather")
+        tl.comm_done(token, 70.0)      # the transport's report
+        tl.comm_done(token, 90.0)      # the wait's, later: the first report stands
+        tl.blocked(60.0, 90.0)         # the host waited from 60 to 90
+    split = step_split.split_steps(tl.intervals, tl.windows)[0]
+    _same(split, {"step_us": 100, "comm_us": 60, "compute_us": 70, "exposed_comm_us": 10, "idle_us": 20})
+
+
+@pytest.mark.parametrize("placement, exposed, overlap_pct, step", [
+    ("under", 0.0, 100.0, 2000.0), ("half", 500.0, 50.0, 2500.0), ("after", 1000.0, 0.0, 3000.0)])
+def test_the_known_answers_by_construction(placement, exposed, overlap_pct, step):
+    want = overlap.expected(placement, 2000.0, 1000.0)
+    assert want == {"step_us": step, "comm_us": 1000.0, "compute_us": 2000.0, "exposed_comm_us": exposed,
+                    "overlap_pct": overlap_pct}
+    measured = {**want, "idle_us": 3.0, "exposed_comm_us": exposed + 40.0}   # within 5% of K
+    assert overlap.misses(measured, want) == []
+    off = overlap.misses({**measured, "exposed_comm_us": exposed + 60.0}, want)
+    assert len(off) == 1 and off[0].startswith("exposed_comm_us")
+
+
+def test_the_overlap_case_runs_on_cuda_only_and_binds_a_gpu():
+    from types import SimpleNamespace
+
+    from commbench.families.harness.family import FAMILY
+
+    def case(op, backend, **params):
+        return SimpleNamespace(op=op, backend=backend, ranks=1, param=lambda k, d=None: params.get(k, d))
+
+    assert FAMILY.impossible(case("overlap", "cuda")) is None
+    assert FAMILY.impossible(case("overlap", "mpi"))[0] == "backends"
+    assert FAMILY.impossible(case("barrier", "cuda"))[0] == "backends"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="under", spin_comm_us=3000.0,
+                                  spin_compute_us=1000.0))[0] == "params.spin_comm_us"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="half", spin_comm_us=2500.0,
+                                  spin_compute_us=1000.0))[0] == "params.spin_comm_us"
+    assert FAMILY.impossible(case("overlap", "cuda", placement="after", spin_comm_us=2500.0,
+                                  spin_compute_us=100.0)) is None
+    assert FAMILY.needs_gpu_for(case("overlap", "cuda")) and not FAMILY.needs_gpu_for(case("spin", "mpi"))
+
+
+@pytest.mark.parametrize("placement, c, k", [("under", 2000.0, 1000.0), ("half", 2000.0, 1000.0),
+                                             ("after", 2000.0, 1000.0), ("half", 1500.0, 2500.0),
+                                             ("under", 400.0, 100.0), ("half", 400.0, 100.0)])
+def test_a_known_answer_step_as_the_gpu_runs_it_meets_its_answer(placement, c, k):
+    """Three steps back to back with the launch gaps a GPU shows (1.5 us between kernels of a stream,
+    3 us before the stand-in starts after its event, 2 us between steps)."""
+    o = overlap.offset_us(placement, c, k)
+    intervals, windows, t = [], [], 0.0
+    for _ in range(3):
+        spins = [(t, t + o), (t + o + 1.5, t + c + 1.5)] if 0 < o < c else [(t, t + c)]
+        comm = (t + o + 3.0, t + o + 3.0 + k)
+        intervals += [{"kind": "compute", "start_us": s, "end_us": e} for s, e in spins]
+        intervals.append({"kind": "comm", "start_us": comm[0], "end_us": comm[1]})
+        end = max(spins[-1][1], comm[1]) + 2.0
+        windows.append((t, end))
+        t = end
+    split = step_split.mean_split(step_split.split_steps(intervals, windows))
+    assert overlap.misses(split, overlap.expected(placement, c, k)) == []
+
+
+def test_timeline_files_round_trip_and_refuse_a_bad_shape(tmp_path):
+    from commbench.errors import RunFolderError
+    from commbench.runfolder import files, step_timelines
+
+    ivs = [{"kind": "comm", "stream": 13, "start_us": 1.0, "end_us": 2.5, "name": "ncclDevKernel_x"}]
+    rel = step_timelines.write(tmp_path, "abc123", 1, "cupti", [(0.0, 3.0)], ivs)
+    assert rel == "timeline/abc123.r1.json" and step_timelines.ranks_of(tmp_path, "abc123") == [1]
+    doc = step_timelines.read(tmp_path, "abc123", 1)
+    assert doc["steps"] == [[0.0, 3.0]] and doc["intervals"] == ivs and doc["source"] == "cupti"
+    files.write_atomic(tmp_path, "timeline/bad.r0.json", json.dumps(
+        {"steps": [[0, 1]], "intervals": [{"kind": "gpu", "start_us": 0, "end_us": 1}]}).encode())
+    with pytest.raises(RunFolderError, match="interval 0"):
+        step_timelines.read(tmp_path, "bad", 0)
