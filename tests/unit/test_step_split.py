@@ -187,3 +187,17 @@ def test_timeline_files_round_trip_and_refuse_a_bad_shape(tmp_path):
         {"steps": [[0, 1]], "intervals": [{"kind": "gpu", "start_us": 0, "end_us": 1}]}).encode())
     with pytest.raises(RunFolderError, match="interval 0"):
         step_timelines.read(tmp_path, "bad", 0)
+
+
+def test_a_running_profiler_is_left_alone():
+    """--profile torch runs its own profiler around the batch: a second one would end its session."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as outer:
+        tl = gpu_timeline.GpuTimeline()
+        with tl.capture():
+            with tl.step(0):
+                torch.ones(4).sum()
+    assert "another torch profiler is running" in tl.note and tl.windows == []
+    assert any(e.name == gpu_timeline.STEP_PREFIX + "0" for e in outer.events())
