@@ -4,6 +4,7 @@ known answers."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,11 @@ def test_a_running_profiler_is_left_alone():
                 torch.ones(4).sum()
     assert "another torch profiler is running" in tl.note and tl.windows == []
     assert any(e.name == gpu_timeline.STEP_PREFIX + "0" for e in outer.events())
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="nvcc not installed: CUDA sources cannot be compiled here")
+def test_the_spin_kernels_compile_for_sm90():
+    from commbench import jit
+
+    jit.compile_check("harness_spin", arch="sm_90")
