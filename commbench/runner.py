@@ -190,9 +190,8 @@ def _store_timelines(case: Case, ctx: RankContext, timelines: list[tuple[int, di
         for rank, tl in timelines:
             if tl:
                 step_timelines.write(launch.run_dir, case.case_id, rank, tl["source"], tl["steps"], tl["intervals"])
-    except StorageFull:
-        raise
-    except Exception as exc:  # noqa: BLE001 - nothing measured may be lost to a timeline file
+    except Exception as exc:  # noqa: BLE001 - nothing measured may be lost to a timeline file (a full
+        # disk is then met, and handled, by the row's own write)
         traceback.print_exc()
         row["timeline_note"] = f"timeline not stored: {type(exc).__name__}: {exc}"
 

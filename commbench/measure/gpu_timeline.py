@@ -118,8 +118,12 @@ class GpuTimeline:
     @contextmanager
     def capture(self):
         try:
+            import torch
             from torch.profiler import ProfilerActivity, profile
 
+            if torch._C._autograd._profiler_enabled():
+                # a second profiler would end the first one's session (--profile torch): leave it be
+                raise RuntimeError("another torch profiler is running (--profile torch)")
             self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                                  record_shapes=False, with_stack=False)
             self._prof.__enter__()

@@ -58,7 +58,7 @@ def read(run_dir: Path, case_id: str, rank: int) -> dict:
         doc = json.loads(files.read_bytes(run_dir, path, cap=MAX_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunFolderError(f"{where}: not a timeline JSON file ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list) or not isinstance(doc.get("intervals"), list):
+    if not (isinstance(doc, dict) and isinstance(doc.get("steps"), list) and isinstance(doc.get("intervals"), list)):
         raise RunFolderError(f"{where}: a timeline needs 'steps' and 'intervals' lists")
     for i, step in enumerate(doc["steps"]):
         if not (isinstance(step, list) and len(step) == 2 and all(_finite(v) for v in step)):
