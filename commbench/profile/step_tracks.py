@@ -74,7 +74,8 @@ def rank_tracks(doc: dict, rank: int) -> list[dict]:
             if used < TRACK_STREAMS:
                 events += _thread(rank, lanes[key], f"{iv['kind']} stream {stream}")
         events.append(_x(iv.get("name") or iv["kind"], rank, lanes[key], iv["start_us"], iv["end_us"],
-                         iv["kind"], {"kind": iv["kind"], "stream": iv.get("stream")}))
+                         iv["kind"], {"kind": iv["kind"], "stream": iv.get("stream"),
+                                      **({"region": iv["region"]} if iv.get("region") else {})}))
     exposed = exposed_spans(doc["intervals"])
     if exposed:
         events += _thread(rank, TID_EXPOSED, "exposed comm")

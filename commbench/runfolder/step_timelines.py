@@ -3,9 +3,10 @@ Case and rank (docs/metrics.md, "Step timelines"), written by rank 0 and read by
 `commbench trace`.
 
 A file is ``{"case_id", "rank", "source", "steps": [[start_us, end_us], ...], "intervals":
-[{"kind", "stream", "start_us", "end_us", "name"}, ...]}``: times in microseconds from the
+[{"kind", "stream", "start_us", "end_us", "name"[, "region"]}, ...]}``: times in microseconds from the
 start of the first timed step on that rank's clock; ``source`` is ``cupti`` (the GPU's records)
-or ``host`` (regions timed on the host); ``kind`` is ``comm``, ``copy`` or ``compute``.
+or ``host`` (regions timed on the host); ``kind`` is ``comm``, ``copy`` or ``compute``; ``region`` (MoE layer rows) names the part and
+micro-batch whose host code launched the record ("dispatch.0").
 Readers check the shape and refuse what does not hold it (RunFolderError naming the file).
 """
 from __future__ import annotations
@@ -32,7 +33,9 @@ def write(run_dir: Path, case_id: str, rank: int, source: str, steps: list, inte
            "steps": [[round(float(s), 3), round(float(e), 3)] for s, e in steps],
            "intervals": [{"kind": iv["kind"], "stream": iv.get("stream"),
                           "start_us": round(float(iv["start_us"]), 3), "end_us": round(float(iv["end_us"]), 3),
-                          "name": str(iv.get("name", ""))} for iv in intervals]}
+                          "name": str(iv.get("name", "")),
+                          **({"region": str(iv["region"])} if iv.get("region") else {})}
+                         for iv in intervals]}
     files.make_dirs(run_dir, FOLDER)
     path = rel(case_id, rank)
     files.write_atomic(run_dir, path, json.dumps(doc, separators=(",", ":")).encode())

@@ -73,3 +73,17 @@ def test_trace_command_writes_the_tracks_and_a_damaged_timeline_is_refused(run):
     (run / step_timelines.rel("layer1", 1)).write_text('{"steps": [[0, 1]], "intervals": [{"kind": "wait"}]}')
     res = CliRunner().invoke(cli, ["trace", str(run), "--case", "layer1", "--out", str(out)])
     assert res.exit_code != 0 and "interval 0 needs kind" in res.output
+
+
+def test_the_moe_region_survives_the_file_and_reaches_the_slice(tmp_path):
+    """A MoE layer interval keeps the part and micro-batch that launched it (``region``) on disk and
+    in the trace slice's arguments; an interval without one gets no such key."""
+    run = tmp_path / "r"
+    run.mkdir()
+    ivs = intervals()
+    ivs[0]["region"] = "dispatch.0"
+    step_timelines.write(run, "c", 0, "cupti", [(0, 280)], ivs)
+    doc = step_timelines.read(run, "c", 0)
+    assert doc["intervals"][0]["region"] == "dispatch.0" and "region" not in doc["intervals"][1]
+    slices = [e for e in step_tracks.rank_tracks(doc, 0) if e.get("ph") == "X" and e["cat"] == "comm"]
+    assert any(e["args"].get("region") == "dispatch.0" for e in slices)
