@@ -72,7 +72,7 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     done |= record_unsupported(folder, suite, done)
     todo = [c for c in suite.cases if c.case_id not in done]
     display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id,
-                         row_of=lambda cid: _stored_row(folder, cid))
+                         row_of=folder.latest_row)
     limit_s = wave_timeout_s(suite.path)
     next_id = max((l.launch_id for l in suite.launches), default=-1) + 1   # a search's launches come after
     with display:
@@ -177,11 +177,6 @@ def _launch_record(launch, held_off: bool) -> dict:
             **({"env_not_held": asked} if asked else {}),
             "hosts": list(launch.hosts), "variant": launch.variant,
             "log": f"logs/launch-{launch.launch_id}.log", "status": "running", "reason": "", "wall_s": 0.0}
-
-
-def _stored_row(folder: RunFolder, case_id: str) -> dict | None:
-    """The row rank 0 stored for a Case that just finished (the progress line shows its numbers)."""
-    return next((r for r in reversed(folder.latest_rows()) if r.get("case_id") == case_id), None)
 
 
 def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display,

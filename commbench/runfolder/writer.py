@@ -148,6 +148,11 @@ class RunFolder:
         self._sync()
         return list(self._latest.values())
 
+    def latest_row(self, case_id: str) -> dict | None:
+        """The last row written for ``case_id`` (None when it has none): a look-up, not a scan."""
+        self._sync()
+        return self._latest.get(case_id)
+
     def rewrite_csv(self) -> None:
         self._sync()
         with _storage(self.path / "results.csv"):

@@ -42,6 +42,8 @@ def test_a_rerun_replaces_the_case_row_in_the_csv_but_not_in_the_jsonl(tmp_path)
     assert [(r["case_id"], r["status"]) for r in csv_rows(f)] == [("b", "ok"), ("a", "ok")]
     assert [r["status"] for r in f.rows()] == ["failed", "ok", "ok"]
     assert {r["case_id"] for r in resumed.latest_rows()} == {"a", "b"}
+    # the row another writer stored just now is looked up by its case id (the live display's numbers)
+    assert f.latest_row("a")["status"] == "ok" and f.latest_row("zz") is None
 
 
 def test_a_line_cut_by_a_crash_does_not_swallow_the_next_row(tmp_path):
