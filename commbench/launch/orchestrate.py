@@ -10,7 +10,7 @@ from typing import Callable
 
 from ..errors import StorageFull
 from ..runfolder import RunFolder
-from ..runfolder.writer import STORAGE_FULL_EXIT
+from ..runfolder.writer import SHARED_VAR, STORAGE_FULL_EXIT
 from ..safety import KILL_SWITCHES
 from ..suite import load_suite
 from ..world import inside_mpi_job
@@ -149,11 +149,16 @@ def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, displa
     state, cancel = WaveState(index=index, total=total), threading.Event()
     if concurrent and hasattr(display, "wave"):
         display.wave(state, [l.launch_id for l, _ in launches])
-    results = run_wave(
-        list(zip(launches, records)),
-        lambda job: _run_group(folder, job[0][0], job[0][1], by_id, display, job[1],
-                               lock=lock, cancel=cancel if concurrent else None, deadline=deadline),
-        state=state, key=lambda job: job[0][0].launch_id, cancel=cancel)
+    was_shared = folder.shared
+    folder.shared = concurrent or was_shared   # other launches' rank 0s append too: take the writers' lock
+    try:
+        results = run_wave(
+            list(zip(launches, records)),
+            lambda job: _run_group(folder, job[0][0], job[0][1], by_id, display, job[1],
+                                   lock=lock, cancel=cancel if concurrent else None, deadline=deadline),
+            state=state, key=lambda job: job[0][0].launch_id, cancel=cancel)
+    finally:
+        folder.shared = was_shared
     if concurrent:   # every launch of the wave has ended: no rank writes the folder now
         folder.keep_samples(folder.done_case_ids())
         folder.rewrite_csv()
@@ -203,6 +208,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
         with lock:
             env = variant_env(folder, launch, [by_id[cid] for cid in pending])
+        if shared:   # its rank 0 appends beside the other launches' ones
+            env[SHARED_VAR] = "1"
         wave_kw = {"cancel": cancel, "shared": True} if shared else {}   # a launch alone: as before waves
         if deadline is not None:
             wave_kw["deadline"] = deadline

@@ -39,6 +39,7 @@ def fabric_launch(calls):
     from commbench.families.base import Case
     from commbench.launch.supervise import LaunchOutcome
     from commbench.runfolder import RunFolder
+    from commbench.runfolder.writer import SHARED_VAR
 
     def launch(run_dir, task, env, timeouts, on_event=None, allow_multicast=False, keep_fds=(), **kw):
         calls.append((tuple(task["hosts"]), kw.get("deadline")))
@@ -50,7 +51,7 @@ def fabric_launch(calls):
                 time.sleep(0.02)
             return LaunchOutcome(-9, ids[0], None, ids[:1], [], 0.5)
         slow = (SLOW_NET in hosts and len(hosts) > 1) or set(LINK) <= hosts
-        writer = RunFolder(run_dir)
+        writer = RunFolder(run_dir, shared=env.get(SHARED_VAR) == "1")   # as a rank 0 would be
         for cid in ids:
             case = plan[cid]
             t_us = (3.0 if slow else 1.0) * (10 + case.size_bytes / 1024) * len(hosts)
