@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from commbench.analysis import burnin
 from commbench.analysis.accept.drift import burnin_checks
+from commbench.analysis.accept.rule_check import select
 from commbench.analysis.accept.rules import RulesError, load_rules
-from commbench.analysis.accept.verdict import evaluate, select
+from commbench.analysis.accept.verdict import evaluate
 from commbench.cli import cli
 from commbench.launch.burnin import burnin_exit_status, last_pass, run_burnin, stamp_pass, suite_duration_s
 from commbench.runfolder import RunFolder
