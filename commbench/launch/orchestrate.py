@@ -112,7 +112,7 @@ def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done:
         if not todo:   # a --resume replaying a wave it already ran
             return
         write_plan(folder, Suite(suite.name, suite.path, cases, launches), resume=True)
-        _grow_total(display, sum(len(p) for _l, p in todo))
+        display.grow(sum(len(p) for _l, p in todo))   # a search's Cases are made wave by wave
         extra = {"search_wave": cases[0].param("wave"), "search_phase": phase}
         for part in ([todo] if waves_on() else [[job] for job in todo]):   # COMMBENCH_WAVES=0: one by one
             _run_wave(folder, meta, part, by_id, display, index, total, limit_s, extra=extra)
@@ -120,14 +120,6 @@ def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done:
     return run_search(launch, templates, next_id, run_one_wave,
                       lambda ids: [r for r in folder.latest_rows() if r.get("case_id") in ids], record,
                       samples_of=lambda: load_samples(folder.path))
-
-
-def _grow_total(display, n: int) -> None:
-    """A search's Cases are made wave by wave: the progress bar's total grows with them."""
-    progress = getattr(display, "progress", None)
-    if progress is not None and n:
-        task = progress.tasks[0]
-        progress.update(display.task, total=(task.total or 0) + n)
 
 
 def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, display, index: int,
@@ -146,8 +138,12 @@ def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, displa
     folder.write_meta(meta)   # recorded as they start: a run killed mid-wave keeps them
     concurrent = len(launches) > 1
     lock = threading.Lock() if concurrent else nullcontext()
-    state, cancel = WaveState(index=index, total=total), threading.Event()
-    if concurrent and hasattr(display, "wave"):
+    search = (extra or {}).get("search_wave")
+    state = WaveState(index=index, total=total, search_wave=search,
+                      search_phase=str((extra or {}).get("search_phase", "")))
+    cancel = threading.Event()
+    shown = (concurrent or search is not None) and hasattr(display, "wave")   # a search's waves: always
+    if shown:
         display.wave(state, [l.launch_id for l, _ in launches])
     was_shared = folder.shared
     folder.shared = concurrent or was_shared   # other launches' rank 0s append too: take the writers' lock
@@ -162,8 +158,8 @@ def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, displa
     if concurrent:   # every launch of the wave has ended: no rank writes the folder now
         folder.keep_samples(folder.done_case_ids())
         folder.rewrite_csv()
-        if hasattr(display, "wave"):
-            display.wave(None, [])
+    if shown:
+        display.wave(None, [])
     _merge_hosts(folder, meta)
     folder.write_meta(meta)
     errors = [r.error for r in results if r.error is not None]

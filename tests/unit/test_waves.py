@@ -83,6 +83,18 @@ def test_run_wave_runs_jobs_together_and_keeps_failures_apart():
     assert isinstance(out[1].error, RuntimeError) and out[0].error is None
 
 
+def test_a_wave_counts_its_launches_in_flight_even_when_it_has_one():
+    from commbench.launch.waves import WaveState
+
+    for jobs in (["a"], ["a", "b"]):
+        state, seen = WaveState(), []
+        run_wave(jobs, lambda job: seen.append(set(state.in_flight)), state=state, key=str)
+        assert all(len(s) >= 1 for s in seen) and state.in_flight == set(), (jobs, seen)
+    with pytest.raises(RuntimeError):   # a launch alone still raises as before, and leaves the count
+        run_wave(["a"], lambda job: (_ for _ in ()).throw(RuntimeError("broke")), state=state, key=str)
+    assert state.in_flight == set()
+
+
 def test_schedule_prices_waves_against_one_after_another():
     launches = [_launch(i, h, cases=("x", "y")) for i, h in enumerate(["a", "b", "c", "d"])]
     lines = schedule_lines(launches, Estimate(15.0, {}, "--launch-cost 15s"))
