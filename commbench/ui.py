@@ -186,15 +186,25 @@ class RunDisplay:
         self.waves = None   # a launch.waves.WaveState while a wave of several launches runs
 
     def wave(self, state, launch_ids: list) -> None:
-        """A wave of several launches starts (``state``), or ends (None): the live line names it."""
+        """A wave of several launches (or any wave of a ``placement: search``) starts (``state``),
+        or ends (None): the live line names it. A search's waves all run in one wave of the suite's
+        plan, so they are named by the search's own wave number and phase."""
         self.waves = state
         if state is not None and self.enabled:
-            self.console.print(f"wave {state.index + 1} of {state.total}: {len(launch_ids)} launches at once",
+            n = len(launch_ids)
+            self.console.print(f"{_wave_name(state, long=True)}: {n} launch{'es at once' if n > 1 else ''}",
                                markup=False, highlight=False)
+
+    def grow(self, n: int) -> None:
+        """``n`` more Cases to run (a search makes its Cases wave by wave): the counts and the ETA
+        take them in."""
+        if n:
+            self.lines.total += n
+            self.progress.update(self.task, total=(self.progress.tasks[0].total or 0) + n)
 
     def _wave_prefix(self) -> str:
         st = self.waves
-        return "" if st is None else f"[wave {st.index + 1}/{st.total}, {len(st.in_flight)} in flight] "
+        return "" if st is None else f"[{_wave_name(st)}, {len(st.in_flight)} in flight] "
 
     def __enter__(self):
         self.progress.__enter__()
@@ -219,6 +229,16 @@ class RunDisplay:
                     self.own_sizes.add(case.bench)
                 self.lines.case_done(describe_case(case, row) if case is not None else str(ev.get("case_id")),
                                      str(ev.get("status", "")), headline(row))
+
+
+def _wave_name(state, long: bool = False) -> str:
+    """`wave 2 of 5` (`wave 2/5`), or a search's own `search wave 3 (match)`, numbered as its rows'
+    `wave` column, `--dry-run` and accept number it (from 0)."""
+    search = getattr(state, "search_wave", None)
+    if search is not None:
+        phase = getattr(state, "search_phase", "")
+        return f"search wave {search}" + (f" ({phase})" if phase else "")
+    return f"wave {state.index + 1}{' of ' if long else '/'}{state.total}"
 
 
 def _group_headline(ok) -> tuple[str, str]:

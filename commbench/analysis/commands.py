@@ -212,7 +212,7 @@ def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
     from .accept.junit import junit_xml
     from .accept.rules import LocalizeSettings, load_rules
     from .accept.verdict import accept_document, evaluate, machine_warnings, verdict_table
-    from .text_table import text_table
+    from .text_table import terminal_width, text_table
 
     if rules_path is None:
         own = target / "suite.yaml" if is_run_folder(target) else target
@@ -250,7 +250,7 @@ def _accept(target: Path, rules_path: Path | None, baseline: Path | None,
     run = load_run(run_dir)
     verdicts, findings = evaluate(run, ruleset, base_run)
     warnings = machine_warnings(run, base_run)
-    click.echo(text_table(verdict_table(verdicts)))
+    click.echo(text_table(verdict_table(verdicts), wrap="reason", width=terminal_width()))
     html_path, md_path = _write_both(accept_document(run, ruleset, verdicts, findings, warnings),
                                      out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}")

@@ -14,8 +14,7 @@ from ..runfolder import RunFolder
 from ..runfolder.schema import PASS_COLUMN, PASS_UTC_COLUMN
 from ..runfolder.writer import atomic_write
 from ..units import parse_duration
-from ..world import inside_mpi_job
-from .repeat import on_root
+from .repeat import default_out, on_root
 
 DURATION_KEY = "duration"   # the suite's top-level key
 
@@ -89,16 +88,8 @@ def run_burnin(suite_path: Path, out: Path | None, duration_s: float, *, resume:
     ``finish_wrap(folder)`` once the pass's rows are stored (the folder still held). A --resume
     numbers on from the last pass (first finishing one a kill left unstamped); the duration counts
     from now."""
-    if out is None:
-        if resume or inside_mpi_job():
-            raise CommbenchError("--duration with --resume, or inside an MPI job, needs --out: the run "
-                                 "folder that holds (or will hold) the burn-in.")
-        from ..runfolder import new_run_dir
-        from ..suite import load_suite
-        from .prepare import DEFAULT_RESULTS
-
-        out = new_run_dir(DEFAULT_RESULTS, load_suite(suite_path).name)
-    out = Path(out)
+    out = default_out(suite_path, out, resume, "--duration",
+                      "the run folder that holds (or will hold) the burn-in")
     fresh = not (out.exists() and (out / "results.jsonl").exists())
     if not fresh and not resume:
         raise CommbenchError(f"{out} already holds results: pass --resume to continue the burn-in, or "

@@ -10,7 +10,7 @@ from typing import Callable
 
 from ..errors import StorageFull
 from ..runfolder import RunFolder
-from ..runfolder.writer import STORAGE_FULL_EXIT
+from ..runfolder.writer import SHARED_VAR, STORAGE_FULL_EXIT
 from ..safety import KILL_SWITCHES
 from ..suite import load_suite
 from ..world import inside_mpi_job
@@ -72,7 +72,7 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     done |= record_unsupported(folder, suite, done)
     todo = [c for c in suite.cases if c.case_id not in done]
     display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id,
-                         row_of=lambda cid: _stored_row(folder, cid))
+                         row_of=folder.latest_row)
     limit_s = wave_timeout_s(suite.path)
     next_id = max((l.launch_id for l in suite.launches), default=-1) + 1   # a search's launches come after
     with display:
@@ -112,7 +112,7 @@ def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done:
         if not todo:   # a --resume replaying a wave it already ran
             return
         write_plan(folder, Suite(suite.name, suite.path, cases, launches), resume=True)
-        _grow_total(display, sum(len(p) for _l, p in todo))
+        display.grow(sum(len(p) for _l, p in todo))   # a search's Cases are made wave by wave
         extra = {"search_wave": cases[0].param("wave"), "search_phase": phase}
         for part in ([todo] if waves_on() else [[job] for job in todo]):   # COMMBENCH_WAVES=0: one by one
             _run_wave(folder, meta, part, by_id, display, index, total, limit_s, extra=extra)
@@ -120,14 +120,6 @@ def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done:
     return run_search(launch, templates, next_id, run_one_wave,
                       lambda ids: [r for r in folder.latest_rows() if r.get("case_id") in ids], record,
                       samples_of=lambda: load_samples(folder.path))
-
-
-def _grow_total(display, n: int) -> None:
-    """A search's Cases are made wave by wave: the progress bar's total grows with them."""
-    progress = getattr(display, "progress", None)
-    if progress is not None and n:
-        task = progress.tasks[0]
-        progress.update(display.task, total=(task.total or 0) + n)
 
 
 def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, display, index: int,
@@ -146,19 +138,28 @@ def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, displa
     folder.write_meta(meta)   # recorded as they start: a run killed mid-wave keeps them
     concurrent = len(launches) > 1
     lock = threading.Lock() if concurrent else nullcontext()
-    state, cancel = WaveState(index=index, total=total), threading.Event()
-    if concurrent and hasattr(display, "wave"):
+    search = (extra or {}).get("search_wave")
+    state = WaveState(index=index, total=total, search_wave=search,
+                      search_phase=str((extra or {}).get("search_phase", "")))
+    cancel = threading.Event()
+    shown = (concurrent or search is not None) and hasattr(display, "wave")   # a search's waves: always
+    if shown:
         display.wave(state, [l.launch_id for l, _ in launches])
-    results = run_wave(
-        list(zip(launches, records)),
-        lambda job: _run_group(folder, job[0][0], job[0][1], by_id, display, job[1],
-                               lock=lock, cancel=cancel if concurrent else None, deadline=deadline),
-        state=state, key=lambda job: job[0][0].launch_id, cancel=cancel)
+    was_shared = folder.shared
+    folder.shared = concurrent or was_shared   # other launches' rank 0s append too: take the writers' lock
+    try:
+        results = run_wave(
+            list(zip(launches, records)),
+            lambda job: _run_group(folder, job[0][0], job[0][1], by_id, display, job[1],
+                                   lock=lock, cancel=cancel if concurrent else None, deadline=deadline),
+            state=state, key=lambda job: job[0][0].launch_id, cancel=cancel)
+    finally:
+        folder.shared = was_shared
     if concurrent:   # every launch of the wave has ended: no rank writes the folder now
         folder.keep_samples(folder.done_case_ids())
         folder.rewrite_csv()
-        if hasattr(display, "wave"):
-            display.wave(None, [])
+    if shown:
+        display.wave(None, [])
     _merge_hosts(folder, meta)
     folder.write_meta(meta)
     errors = [r.error for r in results if r.error is not None]
@@ -177,11 +178,6 @@ def _launch_record(launch, held_off: bool) -> dict:
             **({"env_not_held": asked} if asked else {}),
             "hosts": list(launch.hosts), "variant": launch.variant,
             "log": f"logs/launch-{launch.launch_id}.log", "status": "running", "reason": "", "wall_s": 0.0}
-
-
-def _stored_row(folder: RunFolder, case_id: str) -> dict | None:
-    """The row rank 0 stored for a Case that just finished (the progress line shows its numbers)."""
-    return next((r for r in reversed(folder.latest_rows()) if r.get("case_id") == case_id), None)
 
 
 def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display,
@@ -208,6 +204,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         allow_mc = any(by_id[cid].param("allow_multicast") for cid in pending)
         with lock:
             env = variant_env(folder, launch, [by_id[cid] for cid in pending])
+        if shared:   # its rank 0 appends beside the other launches' ones
+            env[SHARED_VAR] = "1"
         wave_kw = {"cancel": cancel, "shared": True} if shared else {}   # a launch alone: as before waves
         if deadline is not None:
             wave_kw["deadline"] = deadline

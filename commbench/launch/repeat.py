@@ -34,6 +34,20 @@ def on_root(fn):
     return value
 
 
+def default_out(suite_path: Path, out: Path | None, resume: bool, flag: str, what: str) -> Path:
+    """``out``, or a new folder under the default results when none was given; a --resume or an MPI
+    job (whose ranks would each pick their own) needs ``--out``: ``what`` says what it names."""
+    if out is not None:
+        return Path(out)
+    if resume or inside_mpi_job():
+        raise CommbenchError(f"{flag} with --resume, or inside an MPI job, needs --out: {what}.")
+    from ..runfolder import new_run_dir
+    from ..suite import load_suite
+    from .prepare import DEFAULT_RESULTS
+
+    return new_run_dir(DEFAULT_RESULTS, load_suite(suite_path).name)
+
+
 def _check(out: Path, n: int, resume: bool) -> None:
     if out.exists() and (out / "results.csv").exists():
         raise CommbenchError(f"{out} is a run folder; --repeat needs a folder for repeat-1 ... repeat-{n} "
@@ -47,16 +61,8 @@ def _check(out: Path, n: int, resume: bool) -> None:
 def run_repeats(suite_path: Path, out: Path | None, n: int, *, resume: bool, force: bool, run_one) -> list[Path]:
     """Run the suite ``n`` times; ``run_one(suite, out_dir, resume)`` runs one repeat. A --resume
     continues the repeats that exist and starts the ones that do not."""
-    if out is None:
-        if resume or inside_mpi_job():
-            raise CommbenchError("--repeat with --resume, or inside an MPI job, needs --out: the folder "
-                                 "that holds (or will hold) repeat-1 ... repeat-N.")
-        from ..runfolder import new_run_dir
-        from ..suite import load_suite
-        from .prepare import DEFAULT_RESULTS
-
-        out = new_run_dir(DEFAULT_RESULTS, load_suite(suite_path).name)
-    out = Path(out)
+    out = default_out(suite_path, out, resume, "--repeat", "the folder that holds (or will hold) "
+                      "repeat-1 ... repeat-N")
     on_root(lambda: _check(out, n, resume))
     done = []
     for folder in repeat_folders(out, n):

@@ -93,10 +93,13 @@ class JobResult:
 
 @dataclass
 class WaveState:
-    """What the live display shows: the wave running and its launches in flight."""
+    """What the live display shows: the wave running and its launches in flight; in a
+    ``placement: search`` the search's own wave (its ``wave`` column) and the planner's phase."""
     index: int = 0
     total: int = 0
     in_flight: set = field(default_factory=set)
+    search_wave: int | None = None
+    search_phase: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -107,21 +110,21 @@ def run_wave(jobs: Sequence, run_one: Callable[[object], object], *, state: Wave
     own launch (``run_launch(cancel=...)``), and the interrupt propagates once every job ended."""
     results = [JobResult() for _ in jobs]
     if len(jobs) == 1:   # no thread: an unplaced launch runs exactly as it always did
-        results[0].value = run_one(jobs[0])
+        _flying(state, key(jobs[0]), True)
+        try:
+            results[0].value = run_one(jobs[0])
+        finally:
+            _flying(state, key(jobs[0]), False)
         return results
 
     def work(i: int, job) -> None:
-        if state is not None:
-            with state.lock:
-                state.in_flight.add(key(job))
+        _flying(state, key(job), True)
         try:
             results[i].value = run_one(job)
         except BaseException as exc:  # noqa: BLE001 - a job's failure (any kind) is its own, kept in its result
             results[i].error = exc
         finally:
-            if state is not None:
-                with state.lock:
-                    state.in_flight.discard(key(job))
+            _flying(state, key(job), False)
 
     threads = [threading.Thread(target=work, args=(i, j), daemon=True, name=f"wave-job-{i}")
                for i, j in enumerate(jobs)]
@@ -138,6 +141,14 @@ def run_wave(jobs: Sequence, run_one: Callable[[object], object], *, state: Wave
             t.join()
         raise
     return results
+
+
+def _flying(state: WaveState | None, job_key, started: bool) -> None:
+    """Count a job in (or out of) the wave's launches in flight."""
+    if state is None:
+        return
+    with state.lock:
+        (state.in_flight.add if started else state.in_flight.discard)(job_key)
 
 
 # -- pricing a schedule (`--dry-run`) --

@@ -20,12 +20,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from ..errors import CommbenchError, RunFolderError
 from . import nccl_plugin, nccl_records, step_tracks
-from ..runfolder import check, timeline_files, trace_files
+from ..runfolder import check, files, timeline_files, trace_files
 
 TID_ITER, TID_CALL, TID_ENQUEUE, TID_KERNEL, TID_PROXY = 0, 1, 2, 100, 1000
 
@@ -266,26 +265,14 @@ def _cannot_write(path: Path, exc: OSError) -> str:
 
 
 def _write_json(path: Path, doc: dict) -> Path:
-    """Write ``doc`` (the file `--output` names, outside the run folder) to a temporary file beside
+    """Write ``doc`` (the file `--output` names, outside the run folder) to a temporary twin beside
     ``path``, then rename it over ``path``: a link planted at ``path`` is replaced, never followed,
     and a full disk leaves no cut file."""
     data = _encode(path, doc)
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        tmp = None
+        files.replace_whole(path.parent, path.name, data)
+    except RunFolderError as exc:   # a name no file may have
+        raise TraceWriteError(f"{exc}: no trace is written") from None
     except OSError as exc:
         raise TraceWriteError(_cannot_write(path, exc)) from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     return path

@@ -34,6 +34,9 @@ from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA
 # A rank that cannot store what it measured ends its launch with this status, and the parent stops
 # the run (the next Cases could not be stored either).
 STORAGE_FULL_EXIT = 75
+# Set to 1 by the launch for the ranks of a wave whose launches run at the same time: their rank 0s
+# share the folder, so each append takes the writers' lock (a launch alone writes it by itself).
+SHARED_VAR = "COMMBENCH_SHARED_FOLDER"
 
 
 class RunFolderExists(FileExistsError):
@@ -48,10 +51,15 @@ class RunFolder:
     storing a row costs the same at row 10 000 as at row 10: one line to the
     JSONL and, unless a column appears or a Case is replaced, one line to the
     CSV (else the CSV is rewritten atomically).
+
+    ``shared``: other processes append to the folder at the same time (the launches of a wave), so
+    every append takes the writers' lock; a writer alone (a single launch, the parent between
+    waves) appends without it. A rank's writer is shared when its launch set ``SHARED_VAR``.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, shared: bool | None = None):
         self.path = Path(path)
+        self.shared = os.environ.get(SHARED_VAR) == "1" if shared is None else shared
         self._offset = 0                      # bytes of results.jsonl already parsed
         self._latest: dict[str, dict] = {}    # case_id -> last row, in run order
         self._extra: list[str] = []           # columns beyond COLUMNS, in order of appearance
@@ -111,7 +119,7 @@ class RunFolder:
     def append_row(self, row: dict) -> None:
         # Rows another writer added since our last look may be missing from the CSV (it can be
         # killed between its JSONL line and its CSV line): then the CSV is rewritten.
-        with _writers(self.path):
+        with _writers(self.path, self.shared):
             self._append_row(row)
 
     def _append_row(self, row: dict) -> None:
@@ -147,6 +155,11 @@ class RunFolder:
         """One row per Case: the last one written (a --resume rerun supersedes a failed/timeout row)."""
         self._sync()
         return list(self._latest.values())
+
+    def latest_row(self, case_id: str) -> dict | None:
+        """The last row written for ``case_id`` (None when it has none): a look-up, not a scan."""
+        self._sync()
+        return self._latest.get(case_id)
 
     def rewrite_csv(self) -> None:
         self._sync()
@@ -226,7 +239,7 @@ class RunFolder:
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
         """Append a Case's samples (before its row: a row never claims samples not stored)."""
-        with _writers(self.path):
+        with _writers(self.path, self.shared):
             self._append_samples(samples)
 
     def _append_samples(self, samples: list[dict]) -> None:
@@ -316,10 +329,14 @@ def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
 
 
 @contextmanager
-def _writers(folder: Path):
+def _writers(folder: Path, shared: bool):
     """One writer at a time across processes (the launches of a wave each have a rank 0 that
     stores rows): an flock on the folder's logs/ directory (the folder's own directory carries
-    the run's lock). Where flock is unsupported, writers go unserialised as before."""
+    the run's lock), taken only when the folder is ``shared``. Where flock is unsupported, writers
+    go unserialised as before."""
+    if not shared:
+        yield
+        return
     try:
         fd = os.open(Path(folder) / "logs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:

@@ -156,7 +156,7 @@ def test_blame_names_the_node_in_every_failing_pair():
 
 
 def test_junit_counts():
-    from commbench.analysis.accept.verdict import Verdict
+    from commbench.analysis.accept.outcome import Verdict
 
     xml = junit_xml([Verdict("r1", "rule", True, "1", ">= 0", "ok"),
                      Verdict("r2", "rule", False, "0", ">= 1", "too low")], "s")

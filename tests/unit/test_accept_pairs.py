@@ -7,9 +7,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from commbench.analysis.accept.node_check import placement_verdicts
 from commbench.analysis.accept.pairs import compare_pairs
 from commbench.analysis.accept.rules import RulesError, load_rules
-from commbench.analysis.accept.verdict import evaluate, placement_verdicts
+from commbench.analysis.accept.verdict import evaluate
 from commbench.runfolder.reader import Run
 
 NODES = ["node-1", "node-2", "node-3", "node-4", "node-5"]  # hyphens: names are split on ',' only

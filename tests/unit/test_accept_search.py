@@ -5,7 +5,7 @@ import pytest
 
 from commbench.launch.search_plan import Outcome, SearchPlanner, preview, worst_case_waves
 from commbench.analysis.accept.simulate import run_one
-from commbench.analysis.accept.verdict import search_verdicts
+from commbench.analysis.accept.search_check import search_verdicts
 
 
 def drive(planner: SearchPlanner, slow_nodes=(), slow_net=(), slow_links=(), slow_gpu=None, gpus=4):

@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from commbench.analysis import burnin
 from commbench.analysis.accept.drift import burnin_checks
+from commbench.analysis.accept.rule_check import select
 from commbench.analysis.accept.rules import RulesError, load_rules
-from commbench.analysis.accept.verdict import evaluate, select
+from commbench.analysis.accept.verdict import evaluate
 from commbench.cli import cli
 from commbench.launch.burnin import burnin_exit_status, last_pass, run_burnin, stamp_pass, suite_duration_s
 from commbench.runfolder import RunFolder
@@ -174,6 +175,22 @@ def test_a_burnin_folder_is_only_continued_with_resume(tmp_path):
     (tmp_path / "run" / "results.jsonl").write_text("")
     with pytest.raises(Exception, match="--resume"):
         run_burnin(tmp_path / "s.yaml", tmp_path / "run", 5.0, resume=False, run_one=None)
+
+
+def test_burnin_and_repeat_without_out_pick_a_new_folder_unless_resumed(tmp_path, monkeypatch):
+    from commbench.launch.repeat import run_repeats
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SUITE.replace("SPIN", "100"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception, match="--duration with --resume.*needs --out: the run folder"):
+        run_burnin(suite, None, 5.0, resume=True, run_one=None)
+    with pytest.raises(Exception, match="--repeat with --resume.*needs --out: the folder that holds"):
+        run_repeats(suite, None, 2, resume=True, force=False, run_one=None)
+    out, passes = run_burnin(suite, None, 0.0, resume=False, run_one=lambda *a: None)
+    assert passes == 1 and out.parent == Path("results") and out.is_dir()
+    done = run_repeats(suite, None, 2, resume=False, force=False, run_one=lambda s, f, again: f)
+    assert [p.name for p in done] == ["repeat-1", "repeat-2"] and done[0].parent.parent == Path("results")
 
 
 @needs_mpi

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from commbench.analysis import rehearsal
 from commbench.analysis.accept.rules import load_rules
-from commbench.analysis.accept.verdict import evaluate_rule
+from commbench.analysis.accept.rule_check import evaluate_rule
 from commbench.analysis.compare import compare_runs, failing_points
 from commbench.analysis.report import markdown
 from commbench.analysis.report.build import build_report

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from commbench.analysis.import_nccl_tests import import_files
 from commbench.analysis.report import build
 from commbench.cli import cli
+from commbench.runfolder import files
 
 FX = Path(__file__).resolve().parents[1] / "fixtures" / "nccl_tests"
 RULE = "rules:\n  - {name: r, select: {op: sendrecv}, metric: busbw_gbps, op: '>=', value: 0}\n"
@@ -52,7 +53,7 @@ def test_an_empty_size_cell_is_named_by_every_reader(good, tmp_path):
         assert "results.csv:4" in out and "size_bytes" in out, (args, out)
 
 
-@pytest.mark.parametrize("err, where", [(errno.ENOSPC, "fsync"), (errno.EROFS, "mkstemp")])
+@pytest.mark.parametrize("err, where", [(errno.ENOSPC, "fsync"), (errno.EROFS, "replace")])
 def test_a_report_into_a_full_or_read_only_folder_is_named_and_not_cut(good, tmp_path, monkeypatch, err, where):
     out = tmp_path / "r.html"
     out.write_text("previous report\n")
@@ -60,18 +61,15 @@ def test_a_report_into_a_full_or_read_only_folder_is_named_and_not_cut(good, tmp
     def fail(*a, **k):
         raise OSError(err, os.strerror(err))
 
-    if where == "fsync":
-        monkeypatch.setattr(build.os, "fsync", fail)
-    else:
-        monkeypatch.setattr(build.tempfile, "mkstemp", fail)
+    monkeypatch.setattr(files.os, where, fail)
     code, text = _cli("report", good, "--out", out)
     assert code == 1 and "r.html" in text and os.strerror(err) in text, text
     assert out.read_text() == "previous report\n"
     assert not (tmp_path / "r.md").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no twin left
 
 
 def test_the_report_written_at_the_end_of_a_run_is_whole(good):
     html_path, md_path = build.write_report([good])
     assert html_path == good / "report.html" and html_path.read_text().rstrip().endswith("</html>")
-    assert md_path.read_text().strip() and not list(good.glob(".*.partial"))
+    assert md_path.read_text().strip() and not list(good.glob(".report.*"))

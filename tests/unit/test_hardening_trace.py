@@ -83,6 +83,26 @@ def test_a_planted_link_is_replaced_not_followed(tmp_path):
     assert not (chrome / "c0.json").is_symlink() and json.loads((chrome / "c0.json").read_text())
 
 
+def test_the_out_file_replaces_a_link_and_a_full_disk_leaves_no_twin(tmp_path, monkeypatch):
+    run = _run(tmp_path)
+    victim, out_file = tmp_path / "victim.txt", tmp_path / "exported" / "t.json"
+    victim.write_text("keep me\n")
+    out_file.parent.mkdir()
+    out_file.symlink_to(victim)
+    code, out = _trace(run, "--out", out_file)
+    assert code == 0, out
+    assert victim.read_text() == "keep me\n" and not out_file.is_symlink()
+    assert sum(e["ph"] == "X" for e in json.loads(out_file.read_text())["traceEvents"]) == 4
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(chrome_trace.os, "fsync", full)
+    code, out = _trace(run, "--out", out_file)
+    assert code == 1 and "t.json" in out and "full" in out, out
+    assert [p.name for p in out_file.parent.iterdir()] == ["t.json"] and json.loads(out_file.read_text())
+
+
 def test_a_linked_chrome_folder_is_refused(tmp_path):
     run = _run(tmp_path)
     outside = tmp_path / "outside"

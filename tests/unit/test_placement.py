@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from commbench.launch import mpiexec as launch
-from commbench.analysis.accept.verdict import placement_verdicts
+from commbench.analysis.accept.node_check import placement_verdicts
 from commbench.analysis.accept.rules import load_rules
 from commbench.runfolder.reader import Run
 from commbench.suite import load_suite

@@ -32,6 +32,29 @@ def test_two_writers_in_turn_see_each_others_rows(tmp_path):
     assert list(got[0]) == COLUMNS + ["nccl_algo"]
 
 
+def test_only_a_shared_folder_takes_the_writers_lock(tmp_path, monkeypatch):
+    """A writer alone appends without the flock; the launches of a wave (SHARED_VAR set for their
+    ranks, or the parent during the wave) take it for every append."""
+    from commbench.runfolder import writer
+    from commbench.runfolder.writer import SHARED_VAR
+
+    taken = []
+    real = writer.fcntl.flock
+    monkeypatch.setattr(writer.fcntl, "flock", lambda fd, op: (taken.append(op), real(fd, op)))
+    monkeypatch.delenv(SHARED_VAR, raising=False)
+    alone = RunFolder(tmp_path)
+    alone.create(resume=False)
+    alone.append_samples([{"case_id": "a", "rank": 0, "iteration": 0, "time_us": 1.0}])
+    alone.append_row(row("a"))
+    assert taken == [] and not alone.shared
+    monkeypatch.setenv(SHARED_VAR, "1")
+    rank0 = RunFolder(tmp_path)
+    rank0.append_samples([{"case_id": "b", "rank": 0, "iteration": 0, "time_us": 1.0}])
+    rank0.append_row(row("b"))
+    assert rank0.shared and len(taken) == 2
+    assert [r["case_id"] for r in csv_rows(alone)] == ["a", "b"]
+
+
 def test_a_rerun_replaces_the_case_row_in_the_csv_but_not_in_the_jsonl(tmp_path):
     f = RunFolder(tmp_path)
     f.create(resume=False)
@@ -42,6 +65,8 @@ def test_a_rerun_replaces_the_case_row_in_the_csv_but_not_in_the_jsonl(tmp_path)
     assert [(r["case_id"], r["status"]) for r in csv_rows(f)] == [("b", "ok"), ("a", "ok")]
     assert [r["status"] for r in f.rows()] == ["failed", "ok", "ok"]
     assert {r["case_id"] for r in resumed.latest_rows()} == {"a", "b"}
+    # the row another writer stored just now is looked up by its case id (the live display's numbers)
+    assert f.latest_row("a")["status"] == "ok" and f.latest_row("zz") is None
 
 
 def test_a_line_cut_by_a_crash_does_not_swallow_the_next_row(tmp_path):

@@ -3,11 +3,13 @@ launches (run_launch faked: rows from the hosts a launch got); the judge on its 
 limit."""
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 import time
 
 import pytest
+from rich.console import Console
 
 from commbench.launch.search_judge import GroupJudge
 
@@ -39,6 +41,7 @@ def fabric_launch(calls):
     from commbench.families.base import Case
     from commbench.launch.supervise import LaunchOutcome
     from commbench.runfolder import RunFolder
+    from commbench.runfolder.writer import SHARED_VAR
 
     def launch(run_dir, task, env, timeouts, on_event=None, allow_multicast=False, keep_fds=(), **kw):
         calls.append((tuple(task["hosts"]), kw.get("deadline")))
@@ -50,7 +53,7 @@ def fabric_launch(calls):
                 time.sleep(0.02)
             return LaunchOutcome(-9, ids[0], None, ids[:1], [], 0.5)
         slow = (SLOW_NET in hosts and len(hosts) > 1) or set(LINK) <= hosts
-        writer = RunFolder(run_dir)
+        writer = RunFolder(run_dir, shared=env.get(SHARED_VAR) == "1")   # as a rank 0 would be
         for cid in ids:
             case = plan[cid]
             t_us = (3.0 if slow else 1.0) * (10 + case.size_bytes / 1024) * len(hosts)
@@ -85,8 +88,10 @@ def search_run(tmp_path, monkeypatch):
     monkeypatch.setattr(orchestrate, "run_launch", fabric_launch(calls))
     suite = tmp_path / "s.yaml"
     suite.write_text(SUITE.replace("SEED", str(_seed_meeting_the_link())))
-    out = orchestrate.run_suite(suite, tmp_path / "run", show_progress=False)
-    return suite, out, calls
+    shown = io.StringIO()   # the progress lines as a batch log gets them
+    out = orchestrate.run_suite(suite, tmp_path / "run", console=Console(file=shown, force_terminal=False, width=200),
+                                show_progress=True)
+    return suite, out, calls, shown.getvalue()
 
 
 def test_search_names_the_hung_node_the_slow_network_and_the_bad_link(search_run):
@@ -94,7 +99,7 @@ def test_search_names_the_hung_node_the_slow_network_and_the_bad_link(search_run
 
     from commbench.analysis.accept.search_check import search_checks
 
-    _suite, out, calls = search_run
+    _suite, out, calls, shown = search_run
     meta = json.loads((out / "run.json").read_text())
     [record] = meta["searches"]
     assert record["done"] and record["bench"] == "net"
@@ -112,12 +117,20 @@ def test_search_names_the_hung_node_the_slow_network_and_the_bad_link(search_run
     assert len({d for _h, d in calls}) == len(record["waves"])   # one deadline a wave
     launches = meta["launches"]
     assert {l["search_phase"] for l in launches} >= {"alone", "match"}
+    # the display names each wave by the search's number and phase, never the suite plan's one wave,
+    # and counts the Cases each wave adds
+    named = [line for line in shown.splitlines() if "wave" in line and not line.startswith("[")]
+    assert named[0] == f"search wave 0 (alone): {len(HOSTS)} launches at once", shown
+    assert len(named) == len(record["waves"]) and not [n for n in named if " of " in n]
+    assert [n.split(" (")[0] for n in named] == [f"search wave {w['wave']}" for w in record["waves"]]
+    counts = [line[1:line.index("]")].split("/") for line in shown.splitlines() if line.startswith("[")]
+    assert counts and all(int(i) <= int(n) for i, n in counts)
 
 
 def test_resume_replays_the_search_and_runs_only_what_is_missing(search_run, monkeypatch):
     from commbench.launch import orchestrate
 
-    suite, out, first = search_run
+    suite, out, first, _shown = search_run
     before = json.loads((out / "run.json").read_text())["searches"][0]
     calls = []
     monkeypatch.setattr(orchestrate, "run_launch", fabric_launch(calls))

@@ -146,6 +146,29 @@ def test_progress_line_at_80_columns_keeps_counts_and_eta():
     assert line and "ETA" in line[0] and len(line[0]) <= 80, buf.getvalue()
 
 
+def test_a_waves_line_names_the_search_wave_and_phase_and_the_launches_in_flight():
+    from commbench.launch.waves import WaveState
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=True, color_system=None)
+    display = RunDisplay(console, total=4, enabled=True, by_id={"c": _Case()})
+    plain, search = WaveState(index=1, total=5), WaveState(index=0, total=1, search_wave=3, search_phase="match")
+    for state, name in ((plain, "wave 2 of 5"), (search, "search wave 3 (match)")):
+        display.wave(state, [7, 8, 9])
+        state.in_flight.update({7, 8})
+        display.event({"event": "start", "case_id": "c"})
+        assert buf.getvalue().splitlines()[-1] == f"{name}: 3 launches at once"
+        short = name.replace(" of ", "/")
+        assert display.progress.tasks[0].description.startswith(f"[{short}, 2 in flight] "), short
+    display.wave(WaveState(search_wave=4, search_phase="link"), [10])
+    assert buf.getvalue().splitlines()[-1] == "search wave 4 (link): 1 launch"
+    display.wave(None, [])
+    display.event({"event": "start", "case_id": "c"})
+    assert display.progress.tasks[0].description.startswith("mpi-out-of-place")
+    display.grow(3)   # a search adds its next wave's Cases
+    assert display.progress.tasks[0].total == 7 and display.lines.total == 7
+
+
 def test_not_a_terminal_one_line_per_case_no_ansi():
     buf = io.StringIO()
     console = Console(file=buf, width=80, force_terminal=False)

@@ -83,6 +83,18 @@ def test_run_wave_runs_jobs_together_and_keeps_failures_apart():
     assert isinstance(out[1].error, RuntimeError) and out[0].error is None
 
 
+def test_a_wave_counts_its_launches_in_flight_even_when_it_has_one():
+    from commbench.launch.waves import WaveState
+
+    for jobs in (["a"], ["a", "b"]):
+        state, seen = WaveState(), []
+        run_wave(jobs, lambda job: seen.append(set(state.in_flight)), state=state, key=str)
+        assert all(len(s) >= 1 for s in seen) and state.in_flight == set(), (jobs, seen)
+    with pytest.raises(RuntimeError):   # a launch alone still raises as before, and leaves the count
+        run_wave(["a"], lambda job: (_ for _ in ()).throw(RuntimeError("broke")), state=state, key=str)
+    assert state.in_flight == set()
+
+
 def test_schedule_prices_waves_against_one_after_another():
     launches = [_launch(i, h, cases=("x", "y")) for i, h in enumerate(["a", "b", "c", "d"])]
     lines = schedule_lines(launches, Estimate(15.0, {}, "--launch-cost 15s"))
@@ -178,6 +190,36 @@ def test_a_wave_time_limit_ends_a_hung_launch_as_its_own_timeout_rows(tmp_path, 
     assert {d for _h, d in calls if d} and time.time() - t0 < 30
     launches = json.loads((out / "run.json").read_text())["launches"]
     assert [l["status"] for l in launches if l["hosts"] == [HUNG]] == ["timeout"]
+
+
+def test_only_the_ranks_of_a_concurrent_wave_are_told_the_folder_is_shared(tmp_path, monkeypatch):
+    """per_node over four hosts runs as one wave: each launch's ranks lock their appends; with
+    COMMBENCH_WAVES=0 the launches run one by one and none does."""
+    from commbench.launch import orchestrate
+    from commbench.runfolder.writer import SHARED_VAR
+    from tests.unit.test_search_run import fabric_launch
+
+    monkeypatch.setenv("COMMBENCH_HOSTS", "h02,h03,h04,h06")
+    monkeypatch.delenv(SHARED_VAR, raising=False)
+    fake, seen = fabric_launch([]), []
+
+    def launch(run_dir, task, env, *a, **kw):
+        seen.append(env.get(SHARED_VAR))
+        return fake(run_dir, task, env, *a, **kw)
+
+    monkeypatch.setattr(orchestrate, "run_launch", launch)
+    (tmp_path / "w.yaml").write_text(textwrap.dedent("""\
+        name: w
+        defaults: {ranks: 1, sizes: [1KiB]}
+        benchmarks:
+          - {name: node, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node}
+        """))
+    orchestrate.run_suite(tmp_path / "w.yaml", tmp_path / "a", show_progress=False)
+    assert seen == ["1"] * 4
+    seen.clear()
+    monkeypatch.setenv("COMMBENCH_WAVES", "0")
+    orchestrate.run_suite(tmp_path / "w.yaml", tmp_path / "b", show_progress=False)
+    assert seen == [None] * 4
 
 
 def test_a_wave_time_limit_that_is_not_a_duration_names_the_line(tmp_path, monkeypatch):

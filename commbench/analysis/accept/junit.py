@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .verdict import Verdict
+from .outcome import Verdict
 
 
 def junit_xml(verdicts: list[Verdict], suite_name: str, warnings: list[str] = ()) -> str:

@@ -4,17 +4,12 @@ from __future__ import annotations
 import pandas as pd
 
 from .drift import burnin_checks
-from .node_check import late_verdicts, node_verdicts, placement_verdicts, row_verdicts, with_pair_findings
+from .node_check import node_verdicts, placement_verdicts, row_verdicts, with_pair_findings
 from .outcome import Verdict
-from .rule_check import POINT_KEY, evaluate_rule, select
+from .rule_check import evaluate_rule, select
 from .rules import RuleSet, check_columns, with_derived_columns
-from .search_check import search_checks, search_verdicts
+from .search_check import search_checks
 from commbench.runfolder.reader import Run
-
-# Callers import these from here (the verdict's public face); they live in the modules above.
-__all__ = ["POINT_KEY", "Verdict", "accept_document", "evaluate", "evaluate_rule", "late_verdicts",
-           "machine_warnings", "node_verdicts", "placement_verdicts", "row_verdicts", "search_verdicts",
-           "select", "verdict_table"]
 
 
 def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[list[Verdict], pd.DataFrame]:

@@ -3,13 +3,12 @@ to the rows, in its order."""
 from __future__ import annotations
 
 import errno
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from ...errors import CommbenchError
+from ...errors import CommbenchError, RunFolderError
+from ...runfolder import files
 from ...runfolder.reader import Run
 from .document import Document
 from .sections import ReportInput, all_sections
@@ -104,23 +103,12 @@ def write_document(doc: Document, html_path: Path, md_path: Path) -> tuple[Path,
 
 
 def _replace(path: Path, data: bytes) -> None:
-    tmp = None
+    """``path`` replaced as a whole by the run folder's writer (a twin renamed over it)."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        tmp = None
+        files.replace_whole(path.parent, path.name, data)
+    except RunFolderError as exc:   # a name no file may have
+        raise ReportWriteError(f"{exc}; nothing was written") from None
     except OSError as exc:
         full = " (the disk or quota is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}{full}; no cut file was left "
                                f"there") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
