@@ -25,6 +25,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from .errors import CommbenchError  # noqa: E402
+from .families import get_family  # noqa: E402
 from .launch.lifeline import watch_parent  # noqa: E402
 from .launch.plan_env import rebuilt_case  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
@@ -44,6 +45,7 @@ def main(argv: list[str]) -> int:
     except CommbenchError as exc:
         print(f"commbench: {exc}", file=sys.stderr)
         return 3
+    _load_before_mpi(cases)
     world = build_world()
     _arm_stack_dump(run_dir, task["launch_id"], world.rank)
     if world.size != task["ranks"]:
@@ -68,6 +70,16 @@ def main(argv: list[str]) -> int:
               on_bound=lambda record: gpus_file.write_text(json.dumps(record)))
     world.barrier()
     return 0
+
+
+def _load_before_mpi(cases: list) -> None:
+    """Import what the Cases use before MPI starts. Ranks of a launch start unevenly (more so when
+    launches share cores); the early ones then wait in MPI_Init, which sleeps between polls,
+    rather than in a later collective, which spins on the core the late rank needs to import."""
+    import numpy  # noqa: F401 - every launch of two or more ranks aligns clocks with it
+
+    for family in {c.family for c in cases}:
+        get_family(family)
 
 
 def _arm_stack_dump(run_dir: Path, launch_id: int, rank: int) -> None:

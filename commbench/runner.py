@@ -57,7 +57,7 @@ def _agree(world: World, fn, undo=None):
 
 def bind_device(world: World, cases: list[Case]) -> device_binding.Binding:
     """The rank's GPU binding; ranks that share a GPU get their own NCCL host identity (a collective)."""
-    return device_binding.bind(world, any(get_family(c.family).needs_gpu for c in cases))
+    return device_binding.bind(world, any(get_family(c.family).case_needs_gpu(c) for c in cases))
 
 
 CPU_BACKENDS = ("gloo", "mpi")   # backends whose Cases run on host memory in any launch

@@ -217,6 +217,10 @@ class Family:
         GPU count, SM count and transport are found in ``setup`` (raise SkipCase there)."""
         return None
 
+    def case_needs_gpu(self, case: Case) -> bool:
+        """Whether a rank running this Case is bound to a GPU (imports torch to find one)."""
+        return self.needs_gpu
+
     def bench_problems(self, bench: dict) -> list[tuple[str, str]]:
         """Every problem of a suite benchmark (merged with defaults): list of (field, message).
         Each value of each parameter is checked against its Param (for every family: an

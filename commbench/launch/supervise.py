@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from .mpiexec import launcher_argv
 from ..safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
+POLL_S = 0.1            # progress events and timeouts are looked at this often; an exit ends the wait
 
 
 @dataclass
@@ -75,15 +77,18 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, pass_fds=keep_fds,
                                 preexec_fn=die_with_parent_hook())   # SIGTERM when commbench dies
-        timed_out = None
+        timed_out, exited = None, _exit_fd(proc)
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
-                                            log, started, finished, cancel, shared)
+                                            log, started, finished, cancel, shared, exited)
         except BaseException:
             # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
             _kill(proc)
             log.write("\n=== commbench: interrupted; launch killed\n")
             raise
+        finally:
+            if exited is not None:
+                os.close(exited)
     rc = proc.poll()
     crashed = current if (timed_out is None and rc not in (0, None)) else None
     return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0)
@@ -91,7 +96,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
 
 def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
                log, started: list, finished: list, cancel=None,
-               shared: bool = False) -> tuple[str | None, str | None]:
+               shared: bool = False, exited: int | None = None) -> tuple[str | None, str | None]:
     """Follow progress events until the ranks exit or the current Case overruns its timeout.
 
     Returns (timed-out case id or None, case in progress when it ended or None)."""
@@ -127,7 +132,24 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
                       f"(case {timed_out})\n")
             return timed_out, current
-        time.sleep(0.1)
+        _wait_exit(exited, POLL_S)
+
+
+def _exit_fd(proc: subprocess.Popen) -> int | None:
+    """A descriptor that becomes readable when the launcher exits (Linux pidfd), or None."""
+    try:
+        return os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _wait_exit(exited: int | None, timeout_s: float) -> None:
+    """Sleep up to ``timeout_s``; wake at once when the launcher exits: a launch's end is seen
+    when it happens, not up to a poll interval later (a wave waits for its slowest launch)."""
+    if exited is None:
+        time.sleep(timeout_s)
+    else:
+        select.select([exited], [], [], timeout_s)
 
 
 def _next_case(task: dict, finished: list[str]) -> str | None:
