@@ -53,6 +53,8 @@ def baseline_tree(rev: str, dest: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "commbench"], capture_output=True,
                              check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    # compiled now, not by the first ranks to import it (this tree's are compiled already)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest)], capture_output=True, check=True)
     return dest
 
 
