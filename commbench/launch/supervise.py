@@ -69,8 +69,8 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     t0 = time.time()
     started, finished = [], []
     offset = progress.stat().st_size if progress.exists() else 0
-    for stale in _pid_files(run_dir, task["launch_id"]):
-        stale.unlink(missing_ok=True)
+    for rank in range(task["ranks"]):   # by name: a glob would read the whole logs folder every launch
+        (run_dir / "logs" / f"launch-{task['launch_id']}.rank{rank}.pid").unlink(missing_ok=True)
     with open(log_path, "a") as log:
         log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
         log.flush()
