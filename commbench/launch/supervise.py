@@ -77,18 +77,15 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, pass_fds=keep_fds,
                                 preexec_fn=die_with_parent_hook())   # SIGTERM when commbench dies
-        timed_out, exited = None, _exit_fd(proc)
+        timed_out = None
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
-                                            log, started, finished, cancel, shared, exited)
+                                            log, started, finished, cancel, shared)
         except BaseException:
             # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
             _kill(proc)
             log.write("\n=== commbench: interrupted; launch killed\n")
             raise
-        finally:
-            if exited is not None:
-                os.close(exited)
     rc = proc.poll()
     crashed = current if (timed_out is None and rc not in (0, None)) else None
     return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0)
@@ -96,7 +93,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
 
 def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
                log, started: list, finished: list, cancel=None,
-               shared: bool = False, exited: int | None = None) -> tuple[str | None, str | None]:
+               shared: bool = False) -> tuple[str | None, str | None]:
     """Follow progress events until the ranks exit or the current Case overruns its timeout.
 
     Returns (timed-out case id or None, case in progress when it ended or None)."""
@@ -132,24 +129,22 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             log.write(f"\n=== commbench: killed after {limit:.0f} s without progress "
                       f"(case {timed_out})\n")
             return timed_out, current
-        _wait_exit(exited, POLL_S)
+        _wait_exit(proc, POLL_S)
 
 
-def _exit_fd(proc: subprocess.Popen) -> int | None:
-    """A descriptor that becomes readable when the launcher exits (Linux pidfd), or None."""
+def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Sleep up to ``timeout_s``; wake at once when the launcher exits (Linux pidfd): a launch's
+    end is seen when it happens, not up to a poll interval later (a wave waits for its slowest
+    launch). Elsewhere, or for a launcher already reaped, a plain sleep."""
     try:
-        return os.pidfd_open(proc.pid)
+        exited = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
-        return None
-
-
-def _wait_exit(exited: int | None, timeout_s: float) -> None:
-    """Sleep up to ``timeout_s``; wake at once when the launcher exits: a launch's end is seen
-    when it happens, not up to a poll interval later (a wave waits for its slowest launch)."""
-    if exited is None:
         time.sleep(timeout_s)
-    else:
+        return
+    try:
         select.select([exited], [], [], timeout_s)
+    finally:
+        os.close(exited)
 
 
 def _next_case(task: dict, finished: list[str]) -> str | None:
