@@ -143,8 +143,8 @@ def markdown(args, modes: list[str], phases: list[str], results: dict) -> str:
              f"`benchmarks/acceptance_waves.py --nodes {args.nodes} --repeat {args.repeat}`: baseline = "
              f"{args.baseline_rev} one launch after another, waves = {head or 'this tree'}; one MPI rank "
              "per node, Open MPI `mpiexec` per launch, CPU all_reduce at two sizes per launch; modes in "
-             "turns (A B, then B A). wall: the whole `commbench run`; span: first launch start to last "
-             "Case end.", "",
+             "turns, the order reversed every second repetition. wall: the whole `commbench run`; span: "
+             "first launch start to last Case end.", "",
              "| phase | mode | launches | rows ok | wall s (median, min-max) | span s (median) | load avg |",
              "|---|---|---|---|---|---|---|"]
     for phase in phases:
