@@ -1,18 +1,20 @@
 """Buffers for one collective Case, filled with the verifiable pattern, and the check.
 
-Everything is torch (CUDA tensors for nccl, CPU tensors for gloo and mpi; mpi4py
-reads CPU tensors through their numpy views). Fill and check work in chunks so
-an 8 GiB buffer never needs an 8 GiB index array.
+Torch tensors (CUDA for nccl, CPU for gloo), or numpy arrays for device ``NUMPY`` (the mpi
+backend: mpi4py reads them directly, and a rank whose Cases are all host MPI never imports
+torch, about a second of CPU per rank). Fill and check work in chunks so an 8 GiB buffer
+never needs an 8 GiB index array.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..dtypes import torch_dtype
+from ..dtypes import DTYPES, torch_dtype
 from . import pattern
 from .ops import OPS
 
 CHUNK = 1 << 26  # elements per fill/check step
+NUMPY = "numpy"  # the device of host buffers held as numpy arrays (no torch)
 
 
 @dataclass
@@ -28,7 +30,25 @@ class Buffers:
     steps: int = 1
 
 
+def _is_numpy(buf) -> bool:
+    return not hasattr(buf, "numel")
+
+
+def _zero(buf) -> None:
+    if _is_numpy(buf):
+        buf[:] = 0
+    else:
+        buf.fill_(0)
+
+
 def _fill(buf, rank: int, offset: int = 0) -> None:
+    if _is_numpy(buf):
+        import numpy as np
+
+        for start in range(0, buf.size, CHUNK):
+            stop = min(buf.size, start + CHUNK)
+            buf[start:stop] = pattern.values(rank, np.arange(start + offset, stop + offset, dtype=np.int64))
+        return
     import torch
 
     n = buf.numel()
@@ -56,18 +76,28 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
     ``span_bytes`` > 0: each buffer is the head of a pool of ``steps`` slices ``shift_bytes``
     apart, every slice holding the same verifiable input (rotation_steps), for timed loops that
     must not reuse the previous iteration's data from L2 (nccl-tests shifts its buffers the same
-    way). The views, the check and the Python runners use the head slice only."""
-    import torch
-
-    spec, td = OPS[op], torch_dtype(dtype)
+    way). The views, the check and the Python runners use the head slice only.
+    Device ``NUMPY``: numpy arrays in host memory (no rotation: ``span_bytes`` must be 0)."""
+    spec = OPS[op]
     mine = slice(rank * count, (rank + 1) * count)
     form = spec.in_place if in_place else None
-    elem = torch.empty((), dtype=td).element_size()
+    if device == NUMPY:
+        import numpy as np
+
+        td, torch = np.dtype(DTYPES[dtype].torch_name), None
+        elem, span_bytes = td.itemsize, 0
+    else:
+        import torch
+
+        td = torch_dtype(dtype)
+        elem = torch.empty((), dtype=td).element_size()
     shift_bytes, steps = rotation_steps(op, count, n, elem, span_bytes)
     pools = []  # (pool viewed as steps x slice, elements of the buffer at the head of each slice)
 
     def new(chunks: bool):
         own = count * (n if chunks else 1)
+        if torch is None:
+            return np.empty(own, dtype=td)
         if steps == 1:
             return torch.empty(own, dtype=td, device=device)
         pool = torch.empty(steps * (shift_bytes // elem), dtype=td, device=device)
@@ -85,7 +115,7 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
     else:
         send, recv = new(spec.send_chunks), new(spec.recv_chunks)
     if recv is not send and form != "send_slice":
-        recv.fill_(0)
+        _zero(recv)
     _fill(send, rank)
     for pool, own in pools:  # every slice gets the head's contents (inputs, zeroed outputs)
         pool[1:, :own].copy_(pool[0, :own].expand(steps - 1, own))
@@ -95,12 +125,16 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
 def refill(op: str, bufs: Buffers, rank: int, in_place: bool) -> None:
     """Restore inputs before the check (timed in-place iterations overwrote them)."""
     if not in_place or OPS[op].in_place == "recv_slice":
-        bufs.recv.fill_(0)
+        _zero(bufs.recv)
     _fill(bufs.send, rank)
 
 
 def expected_chunk(op: str, reduce_op: str, n: int, rank: int, count: int, start: int, stop: int, device):
     """Expected values of result positions [start, stop) on ``rank``; None if unchecked there."""
+    if device == NUMPY:
+        import numpy as np
+
+        return OPS[op].expected(reduce_op, n, rank, count, np.arange(start, stop, dtype=np.int64))
     import torch
 
     j = torch.arange(start, stop, device=device, dtype=torch.int64)
@@ -109,9 +143,11 @@ def expected_chunk(op: str, reduce_op: str, n: int, rank: int, count: int, start
 
 def count_wrong(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype: str) -> int:
     """Elements of the result that differ from the expected values on this rank."""
+    res = bufs.result
+    if _is_numpy(res):
+        return _count_wrong_numpy(op, reduce_op, bufs, n, rank, dtype)
     import torch
 
-    res = bufs.result
     total = res.numel()
     wrong = 0
     for start in range(0, total, CHUNK):
@@ -124,4 +160,19 @@ def count_wrong(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype
         tol = pattern.tolerance(dtype, float(exp.abs().max()) if exp.numel() else 0.0)
         bad = ~((got - exp).abs() <= tol * exp.abs())  # NaN compares false: counted wrong
         wrong += int(bad.sum())
+    return wrong
+
+
+def _count_wrong_numpy(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype: str) -> int:
+    import numpy as np
+
+    res, wrong = bufs.result, 0
+    for start in range(0, res.size, CHUNK):
+        stop = min(res.size, start + CHUNK)
+        exp = expected_chunk(op, reduce_op, n, rank, bufs.count, start, stop, NUMPY)
+        if exp is None:
+            return 0
+        got, exp = res[start:stop].astype(np.float64), np.asarray(exp, dtype=np.float64)
+        tol = pattern.tolerance(dtype, float(np.abs(exp).max()) if exp.size else 0.0)
+        wrong += int(np.count_nonzero(~(np.abs(got - exp) <= tol * np.abs(exp))))  # NaN counts wrong
     return wrong

@@ -1,4 +1,4 @@
-"""Collectives through mpi4py on host buffers (CPU tensors' numpy views).
+"""Collectives through mpi4py on host buffers (numpy arrays, or CPU tensors' numpy views).
 
 The data moves on a duplicate of the world communicator, so control-plane
 barriers never interleave with measured traffic.
@@ -17,11 +17,16 @@ def data_comm(ctx: RankContext):
     return ctx.cache["mpi_data_comm"]
 
 
+def _host(buf):
+    """The numpy array mpi4py reads: the buffer itself, or a CPU tensor's view."""
+    return buf.numpy() if hasattr(buf, "numpy") else buf
+
+
 def make_runner(op: str, bufs, comm, n: int, rank: int, in_place: bool, rop: str):
     from mpi4py import MPI
 
     red = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[rop]
-    send, recv = bufs.send.numpy(), bufs.recv.numpy()
+    send, recv = _host(bufs.send), _host(bufs.recv)
     if op == "all_reduce":
         return (lambda: comm.Allreduce(MPI.IN_PLACE, recv, op=red)) if in_place else (
             lambda: comm.Allreduce(send, recv, op=red))

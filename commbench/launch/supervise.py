@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from .mpiexec import launcher_argv
 from ..safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
+POLL_S = 0.1            # progress events and timeouts are looked at this often; an exit ends the wait
 
 
 @dataclass
@@ -68,8 +70,8 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     t0 = time.time()
     started, finished = [], []
     offset = progress.stat().st_size if progress.exists() else 0
-    for stale in _pid_files(run_dir, task["launch_id"]):
-        stale.unlink(missing_ok=True)
+    for rank in range(task["ranks"]):   # by name: a glob would read the whole logs folder every launch
+        (run_dir / "logs" / f"launch-{task['launch_id']}.rank{rank}.pid").unlink(missing_ok=True)
     with open(log_path, "a") as log:
         log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
         log.flush()
@@ -129,7 +131,22 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
             why = "at the wave time limit" if over else f"after {limit:.0f} s without progress"
             log.write(f"\n=== commbench: killed {why} (case {timed_out})\n")
             return timed_out, current
-        time.sleep(0.1)
+        _wait_exit(proc, POLL_S)
+
+
+def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> None:
+    """Sleep up to ``timeout_s``; wake at once when the launcher exits (Linux pidfd): a launch's
+    end is seen when it happens, not up to a poll interval later (a wave waits for its slowest
+    launch). Elsewhere, or for a launcher already reaped, a plain sleep."""
+    try:
+        exited = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        time.sleep(timeout_s)
+        return
+    try:
+        select.select([exited], [], [], timeout_s)
+    finally:
+        os.close(exited)
 
 
 def _next_case(task: dict, finished: list[str]) -> str | None:

@@ -59,6 +59,9 @@ class Collectives(Family):
             return ("dtypes", f"MPI has no {case.dtype} datatype")
         return None
 
+    def needs_gpu_for(self, case: Case) -> bool:
+        return case.backend in ("nccl", "torch_nccl")   # gloo and mpi run on host memory
+
     def setup(self, case: Case, ctx: RankContext) -> CollectiveState:
         from ...comm import buffers
 
@@ -91,8 +94,8 @@ class Collectives(Family):
             # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with
             # the legacy default stream; torch_nccl: the framework's current stream
             stream = torch.cuda.Stream() if case.backend == "nccl" else torch.cuda.current_stream()
-        else:
-            device = "cpu"
+        else:   # mpi: numpy arrays, so a rank with host MPI Cases only never imports torch
+            device = buffers.NUMPY if case.backend == "mpi" else "cpu"
         native_loop = case.backend == "nccl" and case.param("timed_loop", "native") == "native"
         span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)) if native_loop else 0
         bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place, span)
