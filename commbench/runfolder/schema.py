@@ -7,7 +7,7 @@ SCHEMA_VERSION = 1
 
 COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "dtype",
            "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "in_place",
-           "warmup", "iters", "timing", "time_us", "time_us_min", "time_us_p90", "time_us_max",
+           "warmup", "iters", "timing", "time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max",
            "algbw_gbps", "busbw_gbps", "wrong", "status", "reason", "log"]
 # Columns some families add, named in docs/results.md (an acceptance rule may name them: on a
 # run without them it simply matches no rows).
@@ -31,13 +31,13 @@ LEGACY_PARAM_COLUMNS = (
     "ffn", "heads", "kv_heads", "head_dim", "tokens_per_rank", "seq_len", "layers",           # training
     "reshard_after_forward", "prefetch", "replicate", "reduce_dtype", "bucket_params",
     "overlap_grad_reduce", "overlap_param_gather", "sequence_parallel", "cp_comm", "cp_a2a_size", "fault")
-TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_max"]   # lower is better
+TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max"]   # lower is better
 SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
 STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")
 # Columns a reader turns into numbers (an empty cell becomes NaN).
 NUMERIC = ("pass", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu",
            "warmup", "iters",
-           "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps", "busbw_gbps",
+           "time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max", "algbw_gbps", "busbw_gbps",
            "wrong")
 # Columns a reader turns into strings (an empty cell becomes "").
 TEXT = ("status", "reason", "op", "backend", "variant", "dtype", "family")
@@ -60,7 +60,7 @@ def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: in
         "size_bytes": case.size_bytes, "count": None, "world_size": world_size,
         "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
         "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
-        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
+        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None, "time_us_p99": None,
         "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
         "status": status, "reason": reason, "log": log,
         **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
