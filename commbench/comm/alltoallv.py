@@ -11,8 +11,9 @@ from .traffic import Layout
 
 
 def rotation(layout: Layout, elem_bytes: int, span_bytes: int) -> tuple[int, int]:
-    """(shift_bytes, steps): the larger of this rank's send and receive buffers, as buffers.rotation_steps."""
-    shift = max(layout.send_total, layout.recv_total, 1) * elem_bytes
+    """(shift_bytes, steps): the busiest rank's larger buffer, the same on every rank, so every
+    rank's allocations have one size (symmetric windows are registered collectively)."""
+    shift = max(layout.busiest, 1) * elem_bytes
     if span_bytes <= shift:
         return shift, 1
     return shift, span_bytes // shift
@@ -28,8 +29,11 @@ def allocate(layout: Layout, rank: int, dtype: str, device: str, span_bytes: int
     shift_bytes, steps = rotation(layout, elem, span_bytes)
     pools: list = []
     allocations: list = []
-    send = _new(layout.send_total, td, elem, device, shift_bytes, steps, offset_bytes, alloc_bytes, pools, allocations)
-    recv = _new(layout.recv_total, td, elem, device, shift_bytes, steps, offset_bytes, alloc_bytes, pools, allocations)
+    size = max(layout.busiest, 1)
+    send = _new(size, td, elem, device, shift_bytes, steps, offset_bytes, alloc_bytes, pools,
+                allocations)[:layout.send_total]
+    recv = _new(size, td, elem, device, shift_bytes, steps, offset_bytes, alloc_bytes, pools,
+                allocations)[:layout.recv_total]
     recv.fill_(0)
     _fill(send, rank)
     for pool, own in pools:

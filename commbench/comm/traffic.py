@@ -175,6 +175,7 @@ class Layout:
         self.source_displs = [displacements(matrix[src])[rank] for src in range(n)]
         self.send_total = sum(self.send_counts)
         self.recv_total = sum(self.recv_counts)
+        self.busiest = algbw_elements(matrix)   # every rank sizes its buffers by it (equal windows)
 
     def expected_blocks(self):
         """(src, start in recv, length, start in src's send buffer) of every block received."""
