@@ -6,6 +6,8 @@ A suite's ``traffic`` parameter is a generator or a file (docs/metrics.md, "allt
 - ``zipf:S``: destination d gets a share proportional to 1/(d+1)^S from every sender, so rank 0
   receives most (skewed expert load);
 - ``hot_rank:R`` or ``hot_rank:R:F``: rank R receives F times (default 4) the share of any other;
+- ``spread:S`` (S in 0..1): nccl-tests 2.19 alltoallv's generated pattern, a blend of uniform
+  (S = 0) and shares growing with the rank distance (dst - src) mod n (S = 1, its default);
 - a path ending in ``.csv`` or ``.json``: a square matrix of bytes, row = sender, column =
   receiver (at least n x n; the leading n x n is used). Its shape is kept and the sweep's size
   sets the scale: the busiest sender sends ``size_bytes``.
@@ -21,7 +23,7 @@ import json
 from pathlib import Path
 
 DEFAULT_HOT_FACTOR = 4.0
-GENERATORS = ("uniform", "zipf", "hot_rank")
+GENERATORS = ("uniform", "zipf", "hot_rank", "spread")
 MAX_MATRIX_RANKS = 1 << 14
 
 
@@ -46,16 +48,19 @@ def _parse(spec: str) -> tuple[str, list]:
         return "file", [text]
     name, *args = text.split(":")
     if name not in GENERATORS:
-        raise TrafficError(f"is {text!r}: want uniform, zipf:S, hot_rank:R[:F] or a .csv/.json matrix file")
+        raise TrafficError(f"is {text!r}: want uniform, zipf:S, hot_rank:R[:F], spread:S or a .csv/.json "
+                           f"matrix file")
     try:
         nums = [float(a) for a in args]
     except ValueError:
         raise TrafficError(f"{text!r}: arguments must be numbers") from None
-    want = {"uniform": (0, 0), "zipf": (1, 1), "hot_rank": (1, 2)}[name]
+    want = {"uniform": (0, 0), "zipf": (1, 1), "hot_rank": (1, 2), "spread": (1, 1)}[name]
     if not want[0] <= len(nums) <= want[1]:
         raise TrafficError(f"{text!r}: {name} takes {want[0]}..{want[1]} argument(s)")
     if name == "zipf" and not 0 <= nums[0] <= 16:
         raise TrafficError(f"{text!r}: zipf's S must be within 0..16")
+    if name == "spread" and not 0 <= nums[0] <= 1:
+        raise TrafficError(f"{text!r}: spread's S must be within 0..1")
     if name == "hot_rank":
         if nums[0] < 0 or nums[0] != int(nums[0]):
             raise TrafficError(f"{text!r}: the hot rank must be a rank number")
@@ -79,7 +84,17 @@ def weights(spec: str, n: int) -> list[list[float]]:
         factor = args[1] if len(args) > 1 else DEFAULT_HOT_FACTOR
         row = [factor if d == hot else 1.0 for d in range(n)]
         return [list(row) for _ in range(n)]
+    if name == "spread":
+        return [_spread_row(src, n, args[0]) for src in range(n)]
     return read_matrix(Path(args[0]), n)
+
+
+def _spread_row(src: int, n: int, s: float) -> list[float]:
+    """Shares of sender ``src``: (1 - s) uniform + s in proportion to the distance (dst - src) mod n."""
+    if n == 1:
+        return [1.0]
+    pairs = n * (n - 1) / 2
+    return [(1 - s) / n + s * ((d - src) % n) / pairs for d in range(n)]
 
 
 def read_matrix(path: Path, n: int) -> list[list[float]]:
