@@ -403,13 +403,16 @@ def import_group():
               help="run folder to create; must not exist or be empty (default results/<UTC time>-nccl-tests)")
 @click.option("--bench", default="nccl-tests", show_default=True,
               help="benchmark name the rows (and their case ids) carry, as a suite's `name:` would")
-def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str):
+@click.option("--machine", type=click.Path(path_type=Path), default=None,
+              help="`commbench info --json` file (or a run folder) of the host the files ran on: "
+                   "rows get bound_gbps and pct_of_bound")
+def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str, machine: Path | None):
     """nccl-tests outputs (printed tables or -J JSON, several files) -> one run folder (docs/import.md)."""
     from collections import Counter
 
     from .analysis.import_nccl_tests import import_files
 
-    folder, rows = import_files(files, out, bench=bench)
+    folder, rows = import_files(files, out, bench=bench, machine=machine)
     counts = ", ".join(f"{n} {s}" for s, n in Counter(r["status"] for r in rows).items())
     click.echo(f"imported {len(rows)} rows ({counts}) from {len(files)} file(s)")
     click.echo(f"run folder: {folder}")

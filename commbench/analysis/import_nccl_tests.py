@@ -311,8 +311,10 @@ def _log_bytes(path: Path, runs: list[TestRun]) -> bytes:
     return (json.dumps(doc, indent=1) + "\n").encode()
 
 
-def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE):
-    """Parse and check every file; return (rows, samples, meta, logs) without writing anything."""
+def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE, machine: Path | None = None):
+    """Parse and check every file; return (rows, samples, meta, logs) without writing anything.
+    ``machine`` (an info --json file or a run folder of the host the files ran on): its links go
+    into run.json and every row gets its bound (bound_gbps, pct_of_bound; analysis/bounds.py)."""
     rows, samples, described, envs, logs = [], [], [], [], []
     seen: dict[str, tuple[str, str]] = {}
     used: set[str] = set()
@@ -345,7 +347,14 @@ def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE):
         logs.append((log_name, _log_bytes(path, runs)))
     if not rows:
         raise ImportError_(f"{', '.join(map(str, files))}: no result rows to import.")
-    return rows, samples, build_meta(described, envs, list(files), suite), logs
+    meta = build_meta(described, envs, list(files), suite)
+    if machine is not None:
+        from .nccl_tests.machine import fill_bounds, load_machine
+
+        found = load_machine(machine, meta["hosts"])
+        meta.update(links=found["links"], machine_from=found["from"], hostname=found["hostname"])
+        fill_bounds(rows, found["links"])
+    return rows, samples, meta, logs
 
 
 def _check_out(out: Path) -> None:
@@ -398,8 +407,9 @@ def default_out() -> Path:
     return Path("results") / f"{utc_stamp()}-{SOURCE}"
 
 
-def import_files(files, out: Path | None = None, *, bench: str = SOURCE, suite: str = SOURCE):
+def import_files(files, out: Path | None = None, *, bench: str = SOURCE, suite: str = SOURCE,
+                 machine: Path | None = None):
     """Import nccl-tests outputs into a new run folder; return (folder, rows)."""
-    rows, samples, meta, logs = convert(list(files), suite=suite, bench=bench)
+    rows, samples, meta, logs = convert(list(files), suite=suite, bench=bench, machine=machine)
     folder = write_run_folder(Path(out) if out is not None else default_out(), rows, samples, meta, logs)
     return folder, rows

@@ -19,7 +19,7 @@ def settings_of(run: TestRun, op: str, elem: int, line: ResultLine) -> tuple[dic
     -R 2 on an NCCL before 2.27 registers as -R 1, and -R before 2.19 does nothing (nccl-tests'
     own fallbacks); a run that finished had its registration accepted (nccl-tests stops on a refusal)."""
     register = REGISTER[run.register or 0]
-    registered = register
+    registered = register if run.register is not None else "unknown (a table does not print -R)"
     nccl = run.nccl_library or 0
     if register == "window" and nccl and nccl < 22700:
         registered = "user"
