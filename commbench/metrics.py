@@ -74,9 +74,9 @@ def summarize(times_us: list[float]) -> dict[str, float]:
 
 
 # How one iteration's per-rank times become the row's (the `rank_time` parameter, nccl-tests -a):
-# the slowest rank (commbench's default; nccl-tests -a 3), their mean (-a 1, nccl-tests' default)
-# or the fastest (-a 2).
-RANK_TIMES = {"max": max, "avg": lambda ts: sum(ts) / len(ts), "min": min}
+# the slowest rank (commbench's default; nccl-tests -a 3), their mean (-a 1, nccl-tests' default),
+# the fastest (-a 2) or rank 0's (-a 0).
+RANK_TIMES = {"max": max, "avg": lambda ts: sum(ts) / len(ts), "min": min, "rank0": lambda ts: ts[0]}
 
 
 def reduce_ranks(per_rank: list[list[float]], how: str = "max") -> list[float]:

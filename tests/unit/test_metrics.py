@@ -96,6 +96,7 @@ def test_rank_time_reduces_each_iteration_over_the_ranks():
     assert metrics.reduce_ranks(per_rank, "max") == [2.0, 5.0, 9.0]
     assert metrics.reduce_ranks(per_rank, "min") == [1.0, 4.0, 3.0]
     assert metrics.reduce_ranks(per_rank, "avg") == [1.5, 4.5, 6.0]
+    assert metrics.reduce_ranks(per_rank, "rank0") == [1.0, 5.0, 3.0]
     assert metrics.reduce_ranks([[1.0, 2.0], [3.0]], "max") == [3.0]      # the shortest rank's iterations
     with pytest.raises(ValueError, match="rank_time 'sum'"):
         metrics.reduce_ranks(per_rank, "sum")

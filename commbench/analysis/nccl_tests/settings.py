@@ -55,8 +55,6 @@ def reduced_times(samples: list[dict], rank_time: str) -> list[float]:
     for s in sorted(samples, key=lambda s: (s["rank"], s["iteration"])):
         per_proc.setdefault(s["rank"], []).append(s["time_us"])
     rows = [per_proc[p] for p in sorted(per_proc)]
-    if rank_time == "rank0":
-        return rows[0]
-    if rank_time == "sum":
+    if rank_time == "sum":   # -a 4: nccl-tests only
         return [sum(vals) for vals in zip(*rows)]
     return metrics.reduce_ranks(rows, rank_time)

@@ -16,7 +16,7 @@ from ..base import Case, Family, Param, Traffic
 # working set never fits in it
 ROTATION_SPAN_BYTES = 256 << 20
 MAX_OFFSET_BYTES = 4096
-RANK_TIMES = ("max", "avg", "min")
+RANK_TIMES = ("max", "avg", "min", "rank0")   # metrics.RANK_TIMES
 
 
 @dataclass
@@ -61,10 +61,10 @@ class Collectives(Family):
         "offset_bytes": Param(0, (int,), "every send and receive buffer starts this many bytes past its "
                               "allocation's alignment (nccl-tests -u; a multiple of the element size)",
                               range=(0, MAX_OFFSET_BYTES)),
-        "traffic": Param("uniform", (str,), "alltoallv: uniform, zipf:S, hot_rank:R[:F] or a .csv/.json "
-                         "byte matrix (row = sender); other ops ignore it", check=spec_problem),
+        "traffic": Param("uniform", (str,), "alltoallv: uniform, zipf:S, hot_rank:R[:F], spread:S or a "
+                         ".csv/.json byte matrix (row = sender); other ops ignore it", check=spec_problem),
         "rank_time": Param("max", (str,), "how the ranks' times of one iteration reduce to the row's time "
-                           "(nccl-tests -a): the slowest rank, their mean, or the fastest",
+                           "(nccl-tests -a): the slowest rank, their mean, the fastest, or rank 0's",
                            choices=RANK_TIMES),
     }
 
