@@ -7,11 +7,14 @@ SCHEMA_VERSION = 1
 
 COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "dtype",
            "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "in_place",
-           "warmup", "iters", "timing", "time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max",
+           "warmup", "iters", "timing", "time_us", "time_us_min", "time_us_p90", "time_us_max",
            "algbw_gbps", "busbw_gbps", "wrong", "status", "reason", "log"]
 # Columns some families add, named in docs/results.md (an acceptance rule may name them: on a
 # run without them it simply matches no rows).
 FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks_per_gpu"]
+# Written for every row with per-iteration times since the 99th percentile was added; optional on
+# reading (older run folders lack it).
+TAIL_COLUMNS = ["time_us_p99"]
 # A burn-in (`run --duration`) stamps each row with its pass (1, 2, ...) and the pass's start time
 # once the pass ends; an unstamped row of a burn-in folder belongs to the pass still running.
 PASS_COLUMN, PASS_UTC_COLUMN = "pass", "pass_utc"
@@ -60,7 +63,7 @@ def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: in
         "size_bytes": case.size_bytes, "count": None, "world_size": world_size,
         "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
         "in_place": case.param("in_place"), "warmup": case.warmup, "iters": case.iters,
-        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None, "time_us_p99": None,
+        "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
         "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
         "status": status, "reason": reason, "log": log,
         **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},

@@ -178,3 +178,28 @@ def test_a_machine_of_another_host_is_refused(tmp_path):
     bad.write_text("{}")
     with pytest.raises(MachineError, match="describes no links"):
         convert([AR_JSON], machine=bad)
+
+
+def test_compare_shows_each_side_against_its_bound(tmp_path):
+    from commbench.analysis.compare import CompareSettings, compare_runs
+    from commbench.analysis.compare_summary import compare_document
+    from commbench.analysis.report.markdown import render
+
+    f = FX / "nccl_tests" / "broadcast_perf.txt"
+    info = _machine(tmp_path, "h200-pcie.json", host=read(f)[0].devices[0].host)
+    import_files([f], tmp_path / "a", machine=info)
+    import_files([f], tmp_path / "b")   # no machine: no bound on that side
+    points = compare_runs(load_run(tmp_path / "a"), load_run(tmp_path / "b"))
+    big = points[(points["size_bytes"] == points["size_bytes"].max()) & ~points["in_place"].astype(bool)].iloc[0]
+    assert big["bound_gbps"] > 0 and 0 < big["pct_of_bound_base"] <= 105
+    assert big["pct_of_bound_new"] != big["pct_of_bound_new"]   # NaN: the new side knows no machine
+    assert "pct_of_bound_base" in render(compare_document("a", "b", points, CompareSettings()))
+
+
+def test_compare_does_not_pair_points_measured_differently(tmp_path):
+    from commbench.analysis.compare import compare_runs
+
+    import_files([AR_JSON], tmp_path / "plain")
+    import_files([_variant(tmp_path, "r.json", _with_args("-R", "1"))], tmp_path / "reg")
+    points = compare_runs(load_run(tmp_path / "plain"), load_run(tmp_path / "reg"))
+    assert set(points["verdict"]) == {"new", "missing"}   # register none vs user: never one point
