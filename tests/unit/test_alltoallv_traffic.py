@@ -7,6 +7,7 @@ import pytest
 from commbench.comm import alltoallv, buffers, traffic
 from commbench.families.base import Case
 from commbench.families.collectives.family import FAMILY
+from tests.conftest import needs_mpi
 
 torch = pytest.importorskip("torch")
 
@@ -150,3 +151,31 @@ def test_alltoallv_traffic_is_the_busiest_side():
     u = FAMILY.traffic(_case(op="alltoallv", size_bytes=4096), 4)
     a = FAMILY.traffic(_case(op="alltoall", size_bytes=4096), 4)
     assert (u.algbw_bytes, u.bus_factor) == (a.algbw_bytes, a.bus_factor)   # uniform = alltoall's bytes
+
+
+@needs_mpi
+def test_rank_time_and_offsets_in_a_real_two_rank_run(tmp_path):
+    """mpi, 2 ranks: misaligned buffers check out, and each row's time is the median over
+    iterations of its rank_time's reduction of the ranks' samples."""
+    import statistics
+
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+    from commbench.runfolder.reader import load_run
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: rt\ndefaults: {ranks: 2, warmup: 1, iters: 9, timeout_s: 60, sizes: [4KiB]}\n"
+                     "benchmarks:\n  - {name: b, family: collectives, backends: [mpi], ops: [all_reduce, alltoall],\n"
+                     "     params: {offset_bytes: [0, 12], rank_time: [max, avg, min, rank0]}}\n")
+    res = CliRunner().invoke(cli, ["run", str(suite), "--out", str(tmp_path / "run"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    run = load_run(tmp_path / "run")
+    df, samples = run.results, run.samples
+    assert len(df) == 16 and (df["status"] == "ok").all() and (df["wrong"] == 0).all()
+    fns = {"max": max, "min": min, "avg": lambda v: sum(v) / len(v), "rank0": lambda v: v[0]}
+    for _, row in df.iterrows():
+        s = samples[samples["case_id"] == row["case_id"]].sort_values(["iteration", "rank"])
+        per_iter = [fns[row["rank_time"]](list(g["time_us"])) for _, g in s.groupby("iteration")]
+        assert row["time_us"] == pytest.approx(statistics.median(per_iter))
+        assert row["time_us_p90"] <= row["time_us_p99"] <= row["time_us_max"]
