@@ -183,7 +183,8 @@ class Collectives(Family):
         if case.backend in ("torch_nccl", "gloo") and not in_place and OPS[case.op].torch_local_copy:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n, nccl,
-                               registration, count=count, size_bytes=size_bytes, stream=stream, extra=extra, native=native)
+                               registration, count=count, size_bytes=size_bytes, stream=stream, extra=extra,
+                               native=native)
 
     def run(self, state: CollectiveState) -> None:
         state.runner()
