@@ -44,28 +44,28 @@ def _parse(spec: str) -> tuple[str, list]:
     text = spec.strip()
     if text.endswith((".csv", ".json")):
         if not Path(text).is_file():
-            raise TrafficError(f"traffic file {text} does not exist")
+            raise TrafficError(f"file {text} does not exist")
         return "file", [text]
     name, *args = text.split(":")
     if name not in GENERATORS:
-        raise TrafficError(f"is {text!r}: want uniform, zipf:S, hot_rank:R[:F], spread:S or a .csv/.json "
-                           f"matrix file")
+        raise TrafficError("must be uniform, zipf:S, hot_rank:R[:F], spread:S or a .csv/.json matrix file")
     try:
         nums = [float(a) for a in args]
     except ValueError:
-        raise TrafficError(f"{text!r}: arguments must be numbers") from None
+        raise TrafficError(f"{name}: its arguments must be numbers") from None
     want = {"uniform": (0, 0), "zipf": (1, 1), "hot_rank": (1, 2), "spread": (1, 1)}[name]
     if not want[0] <= len(nums) <= want[1]:
-        raise TrafficError(f"{text!r}: {name} takes {want[0]}..{want[1]} argument(s)")
+        usage = {"zipf": "zipf:S", "hot_rank": "hot_rank:R or hot_rank:R:F", "spread": "spread:S"}.get(name, name)
+        raise TrafficError(f"{name} is written {usage}")
     if name == "zipf" and not 0 <= nums[0] <= 16:
-        raise TrafficError(f"{text!r}: zipf's S must be within 0..16")
+        raise TrafficError("zipf's S must be within 0..16")
     if name == "spread" and not 0 <= nums[0] <= 1:
-        raise TrafficError(f"{text!r}: spread's S must be within 0..1")
+        raise TrafficError("spread's S must be within 0..1")
     if name == "hot_rank":
         if nums[0] < 0 or nums[0] != int(nums[0]):
-            raise TrafficError(f"{text!r}: the hot rank must be a rank number")
+            raise TrafficError("hot_rank's R must be a rank number")
         if len(nums) == 2 and not 1 <= nums[1] <= 1e6:
-            raise TrafficError(f"{text!r}: the hot factor must be within 1..1e6")
+            raise TrafficError("hot_rank's factor F must be within 1..1e6")
     return name, nums
 
 
