@@ -203,3 +203,58 @@ def test_compare_does_not_pair_points_measured_differently(tmp_path):
     import_files([_variant(tmp_path, "r.json", _with_args("-R", "1"))], tmp_path / "reg")
     points = compare_runs(load_run(tmp_path / "plain"), load_run(tmp_path / "reg"))
     assert set(points["verdict"]) == {"new", "missing"}   # register none vs user: never one point
+
+
+# ---- real nccl-tests 2.19.6 runs with these options (tests/fixtures/nccl_tests/features) ----
+
+REAL = FX / "nccl_tests" / "features"
+
+
+def test_real_register_unalign_average_and_tails():
+    rows, samples, meta, _ = convert([REAL / "ar_R1_u1_a3_I1.json"])
+    assert {(r["register"], r["registered"], r["offset_bytes"], r["rank_time"]) for r in rows} == \
+        {("user", "user", 4, "max")}
+    assert len(samples) == 4 * 40   # 2 sizes x 2 sides x 40 iterations
+    doc = json.loads((REAL / "ar_R1_u1_a3_I1.json").read_text())
+    for r, res in zip(rows[::2], doc["results"]):
+        theirs = res["out_of_place_per_iter"]
+        assert r["time_us_p90"] <= r["time_us_p99"] <= r["time_us_max"] == pytest.approx(theirs["max_us"])
+        assert r["time_us_p99"] <= theirs["p99_us"]   # nccl-tests: nearest rank (its max at 40 iterations)
+    settings = meta["nccl_tests"][0]["settings"]
+    assert (settings["register"], settings["unalign"], settings["average"]) == (1, 1, 3)
+
+
+def test_real_table_twin_reads_i_p99_and_unalign():
+    rows, *_ = convert([REAL / "ar_R1_u1_a3_I1.txt"])
+    assert {(r["offset_bytes"], r["rank_time"], r["registered"]) for r in rows} == \
+        {(4, "avg", "unknown (a table does not print -R)")}
+    oop = [r for r in rows if not r["in_place"]]
+    assert [r["time_us_p99"] for r in oop] == [12.70, 29.73]   # the i_p99 column
+
+
+def test_real_window_registration():
+    rows, *_ = convert([REAL / "ar_R2.json"])
+    assert {(r["register"], r["registered"]) for r in rows} == {("window", "window")}   # NCCL 2.28.3 >= 2.27
+
+
+def test_real_alltoallv_generated_and_matrix():
+    rows, *_ = convert([REAL / "a2av.json"])
+    oop = [r for r in rows if not r["in_place"]]
+    assert {(r["op"], r["traffic"], r["rank_time"], r["status"]) for r in oop} == {("alltoallv", "spread:1", "max", "ok")}
+    assert oop[-1]["algbw_gbps"] == pytest.approx(4194304 / 14.8836 / 1e3, rel=1e-5)
+    assert all(r["busbw_gbps"] is None for r in oop)   # one rank: the factor (n-1)/n is 0
+    assert {r["status"] for r in rows if r["in_place"]} == {"skipped"}   # nccl-tests does not check it
+    rows, *_ = convert([REAL / "a2av_matrix.json"])
+    oop = [r for r in rows if not r["in_place"]]
+    assert [(r["traffic"], r["count"], r["size_bytes"], r["status"]) for r in oop] == [("/tmp/m1.txt", 0, 2 << 20, "ok")]
+
+
+def test_real_machine_bounds_a_one_gpu_broadcast_by_its_hbm(tmp_path):
+    f = FX / "nccl_tests" / "broadcast_perf.txt"   # the same H200 host ("vm")
+    out = tmp_path / "imp"
+    _, rows = import_files([f], out, machine=REAL / "info-h200.json")
+    big = max((r for r in rows if not r["in_place"]), key=lambda r: r["size_bytes"])
+    assert big["bound_link"] == "hbm3e" and big["bound_gbps"] == pytest.approx(4814.3 / 2, rel=1e-3)
+    assert 50 < big["pct_of_bound"] <= 105
+    ar, *_ = convert([REAL / "ar_R2.json"], machine=REAL / "info-h200.json")
+    assert all(r["bound_gbps"] is None and r["bound_reason"] for r in ar)   # 1-rank all_reduce: no bus
