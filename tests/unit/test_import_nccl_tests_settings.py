@@ -240,13 +240,15 @@ def test_real_window_registration():
 def test_real_alltoallv_generated_and_matrix():
     rows, *_ = convert([REAL / "a2av.json"])
     oop = [r for r in rows if not r["in_place"]]
-    assert {(r["op"], r["traffic"], r["rank_time"], r["status"]) for r in oop} == {("alltoallv", "spread:1", "max", "ok")}
+    assert {(r["op"], r["traffic"], r["rank_time"], r["status"]) for r in oop} == \
+        {("alltoallv", "spread:1", "max", "ok")}
     assert oop[-1]["algbw_gbps"] == pytest.approx(4194304 / 14.8836 / 1e3, rel=1e-5)
     assert all(r["busbw_gbps"] is None for r in oop)   # one rank: the factor (n-1)/n is 0
     assert {r["status"] for r in rows if r["in_place"]} == {"skipped"}   # nccl-tests does not check it
     rows, *_ = convert([REAL / "a2av_matrix.json"])
     oop = [r for r in rows if not r["in_place"]]
-    assert [(r["traffic"], r["count"], r["size_bytes"], r["status"]) for r in oop] == [("/tmp/m1.txt", 0, 2 << 20, "ok")]
+    assert [(r["traffic"], r["count"], r["size_bytes"], r["status"]) for r in oop] == \
+        [("/tmp/m1.txt", 0, 2 << 20, "ok")]
 
 
 def test_real_machine_bounds_a_one_gpu_broadcast_by_its_hbm(tmp_path):
