@@ -93,7 +93,11 @@ class Collectives(Family):
         if case.op == "alltoallv":
             from ...comm import traffic
 
-            layout = traffic.Layout(traffic.counts(case.param("traffic", "uniform"), n, case.size_bytes, elem), rank)
+            try:   # a hot rank or a matrix that this many ranks cannot have: skipped, with the reason
+                matrix = traffic.counts(case.param("traffic", "uniform"), n, case.size_bytes, elem)
+            except traffic.TrafficError as exc:
+                raise SkipCase(f"traffic {case.param('traffic', 'uniform')}: {exc}") from None
+            layout = traffic.Layout(matrix, rank)
         count = layout.send_total if layout else metrics.element_count(case.op, case.size_bytes, elem, n)
         if count == 0:
             raise SkipCase(f"{case.size_bytes} B is less than one {case.dtype} element per rank on {n} ranks")
