@@ -179,3 +179,13 @@ def test_rank_time_and_offsets_in_a_real_two_rank_run(tmp_path):
         per_iter = [fns[row["rank_time"]](list(g["time_us"])) for _, g in s.groupby("iteration")]
         assert row["time_us"] == pytest.approx(statistics.median(per_iter))
         assert row["time_us_p90"] <= row["time_us_p99"] <= row["time_us_max"]
+
+
+def test_a_hot_rank_the_launch_does_not_have_skips_the_case():
+    from types import SimpleNamespace
+
+    from commbench.errors import SkipCase
+
+    ctx = SimpleNamespace(world=SimpleNamespace(size=2, rank=0), device="cpu")
+    with pytest.raises(SkipCase, match="traffic hot_rank:3: hot_rank 3 is not a rank of 2"):
+        FAMILY.setup(_case(op="alltoallv", params={"traffic": "hot_rank:3"}), ctx)
