@@ -202,6 +202,12 @@ def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, d
               help="accepted for nccl-tests' command lines: commbench checks every Case anyway (untimed)")
 @click.option("-G", "--cudagraph", "graph", type=click.IntRange(min=0), default=0, show_default=True,
               help="above 0: time with CUDA graphs (timing: graph)")
+@click.option("-R", "--local_register", "register", type=click.IntRange(0, 2), default=0, show_default=True,
+              help="nccl backend: 1 registers buffers with ncclCommRegister, 2 as symmetric windows")
+@click.option("-u", "--unalign", type=click.IntRange(0, 1024), default=0, show_default=True,
+              help="shift send and receive buffers by this many elements off their alignment")
+@click.option("-a", "--average", type=click.IntRange(0, 3), default=3, show_default=True,
+              help="ranks' times per iteration: 0 rank 0, 1 mean, 2 fastest, 3 slowest")
 @click.option("--backend", type=click.Choice(["nccl", "torch_nccl", "gloo", "mpi"]), default="nccl",
               show_default=True, help="gloo or mpi run on CPU (no GPU needed)")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
@@ -220,7 +226,7 @@ def nccl_cmd(op: str, quiet: bool, out: Path | None, **options):
     args = QuickArgs(op=op, **options)
 
     def show(folder, console):
-        click.echo(table_of(folder.latest_rows(), args))
+        click.echo(table_of(folder.latest_rows(), args, folder.read_meta().get("links")))
 
     run_dir, code, summary = run_quick(args, out, quiet=quiet,
                                        finish=lambda folder, console: finish(folder, console, show=show))
@@ -403,13 +409,16 @@ def import_group():
               help="run folder to create; must not exist or be empty (default results/<UTC time>-nccl-tests)")
 @click.option("--bench", default="nccl-tests", show_default=True,
               help="benchmark name the rows (and their case ids) carry, as a suite's `name:` would")
-def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str):
+@click.option("--machine", type=click.Path(path_type=Path), default=None,
+              help="`commbench info --json` file (or a run folder) of the host the files ran on: "
+                   "rows get bound_gbps and pct_of_bound")
+def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str, machine: Path | None):
     """nccl-tests outputs (printed tables or -J JSON, several files) -> one run folder (docs/import.md)."""
     from collections import Counter
 
     from .analysis.import_nccl_tests import import_files
 
-    folder, rows = import_files(files, out, bench=bench)
+    folder, rows = import_files(files, out, bench=bench, machine=machine)
     counts = ", ".join(f"{n} {s}" for s, n in Counter(r["status"] for r in rows).items())
     click.echo(f"imported {len(rows)} rows ({counts}) from {len(files)} file(s)")
     click.echo(f"run folder: {folder}")

@@ -10,7 +10,7 @@ from .dtypes import BYTES as DTYPE_BYTES
 from .comm.ops import OPS
 
 __all__ = ["DTYPE_BYTES", "COLLECTIVE_OPS", "element_count", "bus_factor", "algbw_bytes", "gbps",
-           "busbw_gbps", "percentile", "summarize"]
+           "busbw_gbps", "percentile", "summarize", "RANK_TIMES", "reduce_ranks"]
 
 COLLECTIVE_OPS = tuple(OPS)
 
@@ -61,12 +61,28 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarize(times_us: list[float]) -> dict[str, float]:
-    """median / min / p90 / max of per-iteration times (already the slowest rank's)."""
+    """median / min / p90 / p99 / max of per-iteration times (already reduced over the ranks)."""
     import statistics   # here, not at the top: `validate` and `--help` never need it
 
     return {
         "time_us": statistics.median(times_us),
         "time_us_min": min(times_us),
         "time_us_p90": percentile(times_us, 90),
+        "time_us_p99": percentile(times_us, 99),
         "time_us_max": max(times_us),
     }
+
+
+# How one iteration's per-rank times become the row's (the `rank_time` parameter, nccl-tests -a):
+# the slowest rank (commbench's default; nccl-tests -a 3), their mean (-a 1, nccl-tests' default),
+# the fastest (-a 2) or rank 0's (-a 0).
+RANK_TIMES = {"max": max, "avg": lambda ts: sum(ts) / len(ts), "min": min, "rank0": lambda ts: ts[0]}
+
+
+def reduce_ranks(per_rank: list[list[float]], how: str = "max") -> list[float]:
+    """Per iteration, the ranks' times reduced by ``how`` (RANK_TIMES); iterations beyond the
+    shortest rank's list are dropped."""
+    if how not in RANK_TIMES:
+        raise ValueError(f"rank_time {how!r}: one of {', '.join(RANK_TIMES)}")
+    fn = RANK_TIMES[how]
+    return [fn(vals) for vals in zip(*per_rank)]

@@ -152,7 +152,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     if not world.is_root:
         return row, []
     profiled = _profile_columns(case, [g[4] for g in gathered], ctx)
-    per_iter = [max(vals) for vals in zip(*(g[3] for g in gathered))]
+    per_iter = metrics.reduce_ranks([g[3] for g in gathered], case.param("rank_time", "max"))
     stats = metrics.summarize(per_iter)
     traffic = fam.traffic(case, world.size)
     algbw = metrics.gbps(traffic.algbw_bytes, stats["time_us"])

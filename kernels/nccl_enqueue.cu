@@ -45,6 +45,12 @@ struct cb_nccl_op {
   size_t shift_bytes;
   size_t steps;
   size_t calls;
+  // alltoallv: elements to and from each peer and where their blocks start (elements), one entry
+  // per rank; NULL for every other op
+  const size_t* send_counts;
+  const size_t* send_displs;
+  const size_t* recv_counts;
+  const size_t* recv_displs;
 };
 
 }  // extern "C"
@@ -92,6 +98,22 @@ int alltoall(const cb_nccl_op& o, cudaStream_t s) {
   return grouped(o, s, true, 0, 0, o.count * o.elem_bytes);
 }
 
+// Grouped ncclSend/ncclRecv of a traffic matrix's row and column (NCCL has no alltoallv call); a
+// peer with nothing to send or receive gets no call, as the matrix is the same on both sides.
+int alltoallv(const cb_nccl_op& o, cudaStream_t s) {
+  const cb_nccl_p2p* p = o.p2p;
+  if (!o.send_counts || !o.recv_counts) return kInvalidArgument;
+  int rc = p->group_start();
+  for (int peer = 0; rc == 0 && peer < o.nranks; ++peer) {
+    if (o.send_counts[peer])
+      rc = p->send(o.send + o.send_displs[peer] * o.elem_bytes, o.send_counts[peer], o.dtype, peer, o.comm, s);
+    if (rc == 0 && o.recv_counts[peer])
+      rc = p->recv(o.recv + o.recv_displs[peer] * o.elem_bytes, o.recv_counts[peer], o.dtype, peer, o.comm, s);
+  }
+  int end = p->group_end();
+  return rc ? rc : end;
+}
+
 int sendrecv(const cb_nccl_op& o, cudaStream_t s) {
   return grouped(o, s, false, (o.rank + 1) % o.nranks, (o.rank - 1 + o.nranks) % o.nranks, 0);
 }
@@ -108,6 +130,7 @@ const OpRow OPS_TABLE[] = {
     {"all_gather", plain},
     {"reduce_scatter", reducing},
     {"alltoall", alltoall},
+    {"alltoallv", alltoallv},
     {"broadcast", rooted},
     {"reduce", reduce},
     {"sendrecv", sendrecv},

@@ -74,7 +74,7 @@ def _between_nodes(row: Mapping, links: dict, n: int, nodes: int, per_node: int)
             return Limit(nics.used, nics.link)
         # Tree or in-network reduction (SHARP): a node sends and receives at least the buffer once.
         return Limit(nics.used * 2 * (n - 1) / n, nics.link + " tree")
-    if op == "alltoall":
+    if op in ("alltoall", "alltoallv"):   # alltoallv: its busiest rank, whose own block is 1/n of what it moves
         return Limit(nics.used / per_node * spread, nics.link)
     if op in ("gather", "scatter"):
         return Limit(nics.used * spread, nics.link)

@@ -19,7 +19,9 @@ from . import noise, rehearsal
 
 KEY = ["family", "op", "backend", "variant", "dtype", "size_bytes", "world_size"]
 # Optional columns that also tell points apart when both runs have them.
-KEY_OPTIONAL = ["in_place"]
+# (register, offset_bytes, traffic: what the collectives measured; rank_time only reduces the same
+# iterations differently, so an nccl-tests -a 1 import still pairs with commbench's max)
+KEY_OPTIONAL = ["in_place", "register", "offset_bytes", "traffic"]
 # Tell apart points that share the key within a run (a suite timing one op two ways, an
 # imported nccl-tests run with and without -G); case_id only when these are not enough.
 DISAMBIGUATE = ["timing"]
@@ -84,6 +86,7 @@ class _SidePoint:
     busbw: list
     samples: list
     shared: list = None   # per run: ranks that shared the point's GPU (0: not said / not shared)
+    bounds: list = None   # per run: the point's bound_gbps from its run.json links (NaN: none)
 
     @property
     def most_shared(self) -> int:
@@ -97,17 +100,27 @@ class _SidePoint:
         return min(bad, key=lambda s: _BAD_ORDER.index(s) if s in _BAD_ORDER else -1)
 
 
+def _bound(row: dict, links) -> float:
+    """The row's bound_gbps by analysis/bounds.py (NaN without links or a rule)."""
+    from .bounds import row_bound
+
+    if not links:
+        return math.nan
+    limit, _ = row_bound(row, links)
+    return limit.gbps if limit else math.nan
+
+
 def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
     points: dict[tuple, _SidePoint] = {}
     for i, run in enumerate(runs):
         samples = _samples_by_case(run)
-        cols = [c for c in ("status", "time_us", "busbw_gbps", "case_id", rehearsal.COLUMN)
-                if c in run.results.columns]
-        for row in run.results[keys + [c for c in cols if c not in keys]].to_dict("records"):
+        links = (run.meta or {}).get("links")
+        for row in run.results.to_dict("records"):
             key = tuple(_key_value(row[k]) for k in keys)
             pt = points.setdefault(key, _SidePoint(["missing"] * len(runs), [math.nan] * len(runs),
                                                    [math.nan] * len(runs), [None] * len(runs),
-                                                   [0] * len(runs)))
+                                                   [0] * len(runs), [math.nan] * len(runs)))
+            pt.bounds[i] = _bound(row, links)
             pt.shared[i] = rehearsal.ranks_per_gpu(row.get(rehearsal.COLUMN))
             pt.statuses[i] = str(row.get("status", "ok") or "ok")
             pt.times_us[i] = _num(row.get("time_us"))
@@ -170,6 +183,7 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
             rec.update(verdict="missing", why="missing in new")
             continue
         rec["time_base_us"], rec["time_new_us"] = _gmean_list(pb.times_us), _gmean_list(pn.times_us)
+        rec.update(_bound_columns(pb, pn))
         sb, sn = pb.status, pn.status
         if sb == sn == "skipped":
             rec.update(verdict="skipped", why="skipped in both")
@@ -184,6 +198,19 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
             comparable.append((rec, pb, pn))
     _decide(comparable, settings)
     return pd.DataFrame(recs)
+
+
+def _bound_columns(pb: _SidePoint, pn: _SidePoint) -> dict:
+    """bound_gbps (NEW's, else BASE's) and each side's busbw as a percentage of its own bound."""
+    out = {}
+    for name, side in (("base", pb), ("new", pn)):
+        bound = _gmean_list(side.bounds or [])
+        busbw = _gmean_list(side.busbw)
+        out[f"pct_of_bound_{name}"] = round(100.0 * busbw / bound, 1) if bound > 0 and busbw > 0 else math.nan
+        if bound > 0:
+            out["bound_gbps"] = round(bound, 2)
+    out.setdefault("bound_gbps", math.nan)
+    return out
 
 
 def _has_noise_info(pb: _SidePoint, pn: _SidePoint) -> bool:

@@ -92,6 +92,8 @@ def point_lines(points: pd.DataFrame, rows: pd.DataFrame, why: bool = False) -> 
     out = rows[[c for c in cols if c in rows.columns]].copy()
     out["change %"] = [_fmt_pct(v, signed=True) for v in rows["change_pct"]]
     out["noise floor %"] = [_fmt_pct(v) for v in rows["noise_pct"]]
+    if "pct_of_bound_new" in rows and rows["pct_of_bound_new"].notna().any():
+        out["% of bound"] = [_fmt_pct(v) for v in rows["pct_of_bound_new"]]   # NEW's busbw / its ceiling
     if (rows["verdict"] == CANT_TELL).any():
         out["repeats"] = [_fmt_repeats(v) for v in rows["repeats_to_tell"]]
     if why:
@@ -154,8 +156,10 @@ def compare_document(base_label: str, new_label: str, points: pd.DataFrame, sett
         sec.text(advice)
     sec = doc.section("Points")
     shown = [c for c in ("op", "backend", "variant", "dtype", "in_place", "world_size", "timing", "size",
-                         "time_base_us", "time_new_us", "time_ratio", "busbw_ratio", "noise_pct",
-                         "p_adjusted", "unstable", "repeats_to_tell", "verdict", "why") if c in points.columns]
+                         "time_base_us", "time_new_us", "time_ratio", "busbw_ratio", "bound_gbps",
+                         "pct_of_bound_base", "pct_of_bound_new", "noise_pct",
+                         "p_adjusted", "unstable", "repeats_to_tell", "verdict", "why")
+             if c in points.columns and not (c.startswith(("bound", "pct_of_bound")) and points[c].isna().all())]
     for op, g in points.groupby("op", sort=True):
         table = g[shown].drop(columns=["op"]).reset_index(drop=True)
         if "repeats_to_tell" in table:

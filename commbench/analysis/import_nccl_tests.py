@@ -24,6 +24,7 @@ from commbench.comm.ops import OPS as COLLECTIVE_OPS
 from commbench.comm.ops import ROOT, no_in_place_reason
 
 from .nccl_tests import NcclTestsFormatError, ResultLine, Side, TestRun, file_identity, read, version_string
+from .nccl_tests.settings import reduced_times, settings_of
 
 SOURCE = "nccl-tests"
 # nccl-tests binary (without _perf and a build suffix such as _mpi) -> commbench op: the same names.
@@ -36,7 +37,7 @@ DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double
 # Slack on top of the printed rounding when comparing bandwidths (float arithmetic only).
 BW_SLACK = 1.01
 # Ops whose nccl-tests table prints redop "none" (no reduction); sendrecv prints "sum" regardless.
-NO_REDOP = ("all_gather", "alltoall", "broadcast")
+NO_REDOP = ("all_gather", "alltoall", "broadcast", "alltoallv")
 
 
 class ImportError_(CommbenchError):
@@ -68,9 +69,7 @@ def variant_of(run: TestRun, op: str, line: ResultLine) -> str:
         tags.append(f"agg_iters={run.agg_iters}")
     if run.blocking:
         tags.append("blocking")
-    if run.unalign:
-        tags.append(f"unalign={run.unalign}")
-    return ",".join(tags) or "default"
+    return ",".join(tags) or "default"   # -u, -R, -a and alltoallv's traffic are parameters (settings_of)
 
 
 def geometry(run: TestRun) -> tuple[int, int, int]:
@@ -116,6 +115,10 @@ def one_rank_note(op: str, side: Side, n: int) -> str | None:
 
 
 def _check_size(op: str, line: ResultLine, elem: int, n: int, dtype: str) -> None:
+    if op == "alltoallv":   # size: the busiest rank's larger side; count: per peer (0 for a matrix)
+        if line.size_bytes % elem:
+            raise NcclTestsFormatError(f"{line.where}: size {line.size_bytes} B is not whole {dtype} elements")
+        return
     expected = line.count * elem * (n if COLLECTIVE_OPS[op].chunked else 1)
     if line.size_bytes != expected:
         raise NcclTestsFormatError(
@@ -123,11 +126,14 @@ def _check_size(op: str, line: ResultLine, elem: int, n: int, dtype: str) -> Non
             f"{dtype} on {n} rank(s) (expected {expected} B): the rank lines, the op or the row are wrong.")
 
 
-def recompute(op: str, side: Side, count: int, elem: int, n: int, where: str) -> tuple[float | None, float | None]:
-    """algbw and busbw from commbench's formulas; the file's must agree to their printed digits."""
+def recompute(op: str, side: Side, count: int, elem: int, n: int, where: str,
+              size_bytes: int = 0) -> tuple[float | None, float | None]:
+    """algbw and busbw from commbench's formulas; the file's must agree to their printed digits.
+    alltoallv: algbw is ``size_bytes`` (the busiest rank's larger side, as both tools define it)."""
     if side.time_us <= 0:
         return None, None
-    algbw = metrics.gbps(metrics.algbw_bytes(op, count, elem, n), side.time_us)
+    moved = size_bytes if op == "alltoallv" else metrics.algbw_bytes(op, count, elem, n)
+    algbw = metrics.gbps(moved, side.time_us)
     busbw = algbw * metrics.bus_factor(op, n)
     rel_time = side.time_half_unit / side.time_us
     for name, ours, theirs, half in (("algbw", algbw, side.algbw_gbps, side.algbw_half_unit),
@@ -179,16 +185,17 @@ def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dic
         _check_op_columns(op, line, run.program)
         _check_size(op, line, elem, n, dtype)
         reduce_op = line.redop if COLLECTIVE_OPS[op].reduces else ""
+        settings, registered = settings_of(run, op, elem, line)
         for side in line.sides:
-            algbw, busbw = recompute(op, side, line.count, elem, n, line.where)
+            algbw, busbw = recompute(op, side, line.count, elem, n, line.where, line.size_bytes)
             case = Case(suite=suite, bench=bench, family="collectives", op=op, backend="nccl",
                         variant=variant_of(run, op, line), env=(), dtype=dtype, size_bytes=line.size_bytes,
-                        params=tuple({**defaults, "in_place": side.in_place,
+                        params=tuple({**defaults, **settings, "in_place": side.in_place,
                                       "reduce_op": reduce_op or defaults["reduce_op"]}.items()),
                         warmup=run.warmup_iters, iters=run.iters, timing=timing, ranks=n,
                         ranks_per_node=rpn, timeout_s=0.0)
             row = case_row(case, world_size=n, num_nodes=num_nodes, ranks_per_node=rpn, log=log)
-            status, reason = status_of(op, side, line.count)
+            status, reason = status_of(op, side, line.size_bytes // elem if op == "alltoallv" else line.count)
             note = one_rank_note(op, side, n)
             if note:   # kept as a measured time, but no bandwidth that could headline a report
                 busbw = None
@@ -196,25 +203,16 @@ def rows_of(run: TestRun, *, suite: str, bench: str, log: str) -> tuple[list[dic
                 reason = reason or note
             row.update(count=line.count, time_us=side.time_us, algbw_gbps=algbw, busbw_gbps=busbw,
                        wrong=side.wrong, status=status, reason=reason, reduce_op=reduce_op,
-                       source=SOURCE, source_line=_short_where(line.where, run))
+                       registered=registered, source=SOURCE, source_line=_short_where(line.where, run))
             side_samples = _samples(case.case_id, side, run)
             if side_samples:
-                stats = metrics.summarize(_slowest(side_samples))
-                row.update(time_us_min=stats["time_us_min"], time_us_p90=stats["time_us_p90"],
-                           time_us_max=stats["time_us_max"])
+                stats = metrics.summarize(reduced_times(side_samples, settings["rank_time"]))
+                row.update({k: stats[k] for k in ("time_us_min", "time_us_p90", "time_us_p99", "time_us_max")})
             elif side.iter_min_us is not None:
-                row.update(time_us_min=side.iter_min_us, time_us_max=side.iter_max_us)
+                row.update(time_us_min=side.iter_min_us, time_us_p99=side.iter_p99_us, time_us_max=side.iter_max_us)
             rows.append(row)
             samples += side_samples
     return rows, samples
-
-
-def _slowest(samples: list[dict]) -> list[float]:
-    """Per iteration, the slowest process's time (the runner's reduction, DESIGN 5)."""
-    by_iter: dict[int, float] = {}
-    for s in samples:
-        by_iter[s["iteration"]] = max(by_iter.get(s["iteration"], 0.0), s["time_us"])
-    return [by_iter[i] for i in sorted(by_iter)]
 
 
 def _samples(case_id: str, side: Side, run: TestRun) -> list[dict]:
@@ -248,7 +246,8 @@ def describe(run: TestRun, op: str, log: str) -> dict:
         "settings": {"nthreads": run.nthreads, "ngpus": run.ngpus, "min_bytes": run.min_bytes,
                      "max_bytes": run.max_bytes, "step": run.step, "warmup_iters": run.warmup_iters,
                      "iters": run.iters, "agg_iters": run.agg_iters, "validation": run.validation,
-                     "graph_launches": run.graph_launches, "unalign": run.unalign,
+                     "graph_launches": run.graph_launches, "unalign": run.unalign, "register": run.register,
+                     "average": run.average,
                      "blocking": run.blocking, "per_iter_timing": run.per_iter},
         "world_size": n, "num_nodes": num_nodes, "ranks_per_node": rpn,
         "devices": [{"rank": d.rank, "host": d.host, "device": d.device, "pci": d.pci, "name": d.name}
@@ -312,8 +311,10 @@ def _log_bytes(path: Path, runs: list[TestRun]) -> bytes:
     return (json.dumps(doc, indent=1) + "\n").encode()
 
 
-def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE):
-    """Parse and check every file; return (rows, samples, meta, logs) without writing anything."""
+def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE, machine: Path | None = None):
+    """Parse and check every file; return (rows, samples, meta, logs) without writing anything.
+    ``machine`` (an info --json file or a run folder of the host the files ran on): its links go
+    into run.json and every row gets its bound (bound_gbps, pct_of_bound; analysis/bounds.py)."""
     rows, samples, described, envs, logs = [], [], [], [], []
     seen: dict[str, tuple[str, str]] = {}
     used: set[str] = set()
@@ -346,7 +347,14 @@ def convert(files: list[Path], *, suite: str = SOURCE, bench: str = SOURCE):
         logs.append((log_name, _log_bytes(path, runs)))
     if not rows:
         raise ImportError_(f"{', '.join(map(str, files))}: no result rows to import.")
-    return rows, samples, build_meta(described, envs, list(files), suite), logs
+    meta = build_meta(described, envs, list(files), suite)
+    if machine is not None:
+        from .nccl_tests.machine import fill_bounds, load_machine
+
+        found = load_machine(machine, meta["hosts"])
+        meta.update(links=found["links"], machine_from=found["from"], hostname=found["hostname"])
+        fill_bounds(rows, found["links"])
+    return rows, samples, meta, logs
 
 
 def _check_out(out: Path) -> None:
@@ -399,8 +407,9 @@ def default_out() -> Path:
     return Path("results") / f"{utc_stamp()}-{SOURCE}"
 
 
-def import_files(files, out: Path | None = None, *, bench: str = SOURCE, suite: str = SOURCE):
+def import_files(files, out: Path | None = None, *, bench: str = SOURCE, suite: str = SOURCE,
+                 machine: Path | None = None):
     """Import nccl-tests outputs into a new run folder; return (folder, rows)."""
-    rows, samples, meta, logs = convert(list(files), suite=suite, bench=bench)
+    rows, samples, meta, logs = convert(list(files), suite=suite, bench=bench, machine=machine)
     folder = write_run_folder(Path(out) if out is not None else default_out(), rows, samples, meta, logs)
     return folder, rows

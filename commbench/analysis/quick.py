@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CommbenchError
-from ..units import parse_size
+from ..units import format_size, parse_size
 
 # -d as nccl-tests and commbench spell them -> commbench's dtype
 DTYPES = {"float": "float32", "float32": "float32", "fp32": "float32", "f32": "float32",
@@ -18,6 +18,9 @@ DTYPES = {"float": "float32", "float32": "float32", "fp32": "float32", "f32": "f
 BACKENDS = ("nccl", "torch_nccl", "gloo", "mpi")
 CPU_BACKENDS = ("gloo", "mpi")
 CPU_DEFAULT_RANKS = 2
+# -R and -a as nccl-tests numbers them -> the collectives' register and rank_time parameters
+REGISTER = {0: "none", 1: "user", 2: "window"}
+RANK_TIME = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,9 @@ class QuickArgs:
     redop: str = "sum"
     check: int = 1
     graph: int = 0
+    register: int = 0        # -R
+    unalign: int = 0         # -u: elements, as nccl-tests (offset_bytes = u x the element size)
+    average: int = 3         # -a: commbench's default is the slowest rank (nccl-tests' own default is 1)
 
 
 def _size(text: str, flag: str) -> int:
@@ -65,11 +71,21 @@ def suite_dict(a: QuickArgs) -> dict:
         sizes = {"min": lo, "max": hi, "step": _size(a.step_bytes, "-i")}
     else:
         sizes = [lo] if lo == hi else {"min": lo, "max": hi, "step": 1 << 20}   # nccl-tests' -i 1M
+    if a.register not in REGISTER:
+        raise CommbenchError(f"-R {a.register}: 0 (none), 1 (user registration) or 2 (symmetric window)")
+    if a.average not in RANK_TIME:
+        raise CommbenchError(f"-a {a.average}: 0 (rank 0), 1 (avg), 2 (min) or 3 (max)")
     ranks: object = a.ranks if a.ranks is not None else (CPU_DEFAULT_RANKS if a.backend in CPU_BACKENDS else "all")
     bench = {"name": f"{a.backend}-{a.op}", "family": "collectives", "backends": [a.backend], "ops": [a.op],
              "dtypes": [dtype], "sizes": sizes, "ranks": ranks, "warmup": a.warmup, "iters": a.iters,
              "params": {"in_place": [False] if no_in_place_reason(a.op) else [False, True],
                         "reduce_op": a.redop}}
+    from ..dtypes import size_bytes as elem_bytes
+
+    extra = {"register": REGISTER[a.register], "offset_bytes": a.unalign * elem_bytes(dtype),
+             "rank_time": RANK_TIME[a.average]}
+    defaults = {"register": "none", "offset_bytes": 0, "rank_time": "max"}
+    bench["params"].update({k: v for k, v in extra.items() if v != defaults[k]})   # suite.yaml names what changed
     if a.graph:
         bench["timing"] = "graph"
     return {"name": f"quick-{a.op}",
@@ -97,8 +113,9 @@ def write_suite(a: QuickArgs, folder: Path) -> Path:
     return path
 
 
-def table_of(rows: list[dict], a: QuickArgs) -> str:
-    """nccl-tests' table of a quick run's stored rows, with what the options changed."""
+def table_of(rows: list[dict], a: QuickArgs, links: dict | None = None) -> str:
+    """nccl-tests' table of a quick run's stored rows, with what the options changed and, below
+    it, each row's ceiling from the machine's ``links`` (run.json; analysis/bounds.py)."""
     from ..comm.ops import no_in_place_reason
     from .nccl_tests.table import format_table
 
@@ -110,7 +127,35 @@ def table_of(rows: list[dict], a: QuickArgs) -> str:
     world = next((r.get("world_size") for r in rows if r.get("world_size")), "?")
     first = (f"# commbench nccl {a.op}: backend {a.backend}, {world} rank(s), warmup iters: {a.warmup} "
              f"iters: {a.iters} timing: {'graph' if a.graph else 'auto'}")
-    return "\n".join([first, *notes, format_table(rows)])
+    return "\n".join([first, *notes, format_table(rows), *bound_lines(rows, links)])
+
+
+def bound_lines(rows: list[dict], links: dict | None) -> list[str]:
+    """Comment lines under the table: per bound (one per link and size range), the best busbw
+    against it; or why there is none."""
+    from .bounds import row_bound
+
+    groups: dict[tuple, list[dict]] = {}
+    reasons: dict[str, int] = {}
+    for row in rows:
+        if row.get("status") != "ok":
+            continue
+        limit, reason = row_bound(row, links)
+        if limit is None:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        else:
+            groups.setdefault((limit.link, round(limit.gbps, 2)), []).append(row)
+    out = []
+    for (link, gbps), group in groups.items():
+        best = max(group, key=lambda r: float(r.get("busbw_gbps") or 0))
+        sizes = sorted(int(r["size_bytes"]) for r in group)
+        span = format_size(sizes[0]) + ("" if sizes[0] == sizes[-1] else f"..{format_size(sizes[-1])}")
+        side = "in place" if str(best.get("in_place")).lower() in ("true", "1") else "out of place"
+        pct = float(best.get("busbw_gbps") or 0) / gbps * 100 if gbps > 0 else float("nan")
+        out.append(f"# Bound {span}: {gbps:g} GB/s ({link}); best busbw {float(best.get('busbw_gbps') or 0):.2f} "
+                   f"GB/s = {pct:.1f}% of it at {format_size(int(best['size_bytes']))} {side}")
+    out += [f"# Bound: none for {n} row(s): {reason}" for reason, n in reasons.items()]
+    return out
 
 
 def run_quick(a: QuickArgs, out: Path | None, *, quiet: bool, finish) -> tuple[Path, int, str]:

@@ -28,6 +28,10 @@ class Buffers:
     # shift_bytes * (k % steps); steps = 1 means the same buffers every call
     shift_bytes: int = 0
     steps: int = 1
+    # the device allocations under send/recv (whole, pools and offsets included): what a
+    # registration (comm.registration) hands to NCCL
+    allocations: list = field(default_factory=list)
+    layout: object = None   # alltoallv: this rank's comm.traffic.Layout (send/recv blocks per peer)
 
 
 def _is_numpy(buf) -> bool:
@@ -69,14 +73,36 @@ def rotation_steps(op: str, count: int, n: int, elem_bytes: int, span_bytes: int
     return shift, span_bytes // shift
 
 
+def _new(own: int, td, elem: int, device, shift_bytes: int, steps: int, offset_bytes: int, alloc_bytes,
+         pools: list, allocations: list):
+    """A buffer of ``own`` elements ``offset_bytes`` past the start of its allocation (nccl-tests'
+    -u misalignment), at the head of a pool of ``steps`` slices ``shift_bytes`` apart.
+    ``alloc_bytes(nbytes)`` gives the allocation as a uint8 tensor (registered buffers come from
+    ncclMemAlloc); None: torch's allocator."""
+    import torch
+
+    span = own if steps == 1 else steps * (shift_bytes // elem)
+    total = span + offset_bytes // elem
+    if alloc_bytes is None:
+        base = torch.empty(max(total, 1), dtype=td, device=device)
+    else:
+        base = alloc_bytes(max(total, 1) * elem).view(td)
+    allocations.append(base)
+    head = base[offset_bytes // elem:]
+    if steps > 1:
+        pools.append((head[:span].view(steps, shift_bytes // elem), own))
+    return head[:own]
+
+
 def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in_place: bool,
-             span_bytes: int = 0) -> Buffers:
+             span_bytes: int = 0, offset_bytes: int = 0, alloc_bytes=None) -> Buffers:
     """Allocate and fill send/recv for ``op`` with nccl-tests' in-place aliasing (ops.OPS).
 
     ``span_bytes`` > 0: each buffer is the head of a pool of ``steps`` slices ``shift_bytes``
     apart, every slice holding the same verifiable input (rotation_steps), for timed loops that
     must not reuse the previous iteration's data from L2 (nccl-tests shifts its buffers the same
-    way). The views, the check and the Python runners use the head slice only.
+    way). The views, the check and the Python runners use the head slice only. ``offset_bytes``
+    (a multiple of the element size) shifts every buffer off its allocation's alignment.
     Device ``NUMPY``: numpy arrays in host memory (no rotation: ``span_bytes`` must be 0)."""
     spec = OPS[op]
     mine = slice(rank * count, (rank + 1) * count)
@@ -93,16 +119,14 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
         elem = torch.empty((), dtype=td).element_size()
     shift_bytes, steps = rotation_steps(op, count, n, elem, span_bytes)
     pools = []  # (pool viewed as steps x slice, elements of the buffer at the head of each slice)
+    allocations: list = []
 
     def new(chunks: bool):
         own = count * (n if chunks else 1)
         if torch is None:
-            return np.empty(own, dtype=td)
-        if steps == 1:
-            return torch.empty(own, dtype=td, device=device)
-        pool = torch.empty(steps * (shift_bytes // elem), dtype=td, device=device)
-        pools.append((pool.view(steps, shift_bytes // elem), own))
-        return pool[:own]
+            skip = offset_bytes // elem
+            return np.empty(own + skip, dtype=td)[skip:]
+        return _new(own, td, elem, device, shift_bytes, steps, offset_bytes, alloc_bytes, pools, allocations)
 
     if form == "recv_slice":        # the send buffer is this rank's chunk of the output
         recv = new(spec.recv_chunks)
@@ -119,7 +143,7 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
     _fill(send, rank)
     for pool, own in pools:  # every slice gets the head's contents (inputs, zeroed outputs)
         pool[1:, :own].copy_(pool[0, :own].expand(steps - 1, own))
-    return Buffers(send, recv, recv, count, shift_bytes=shift_bytes, steps=steps)
+    return Buffers(send, recv, recv, count, shift_bytes=shift_bytes, steps=steps, allocations=allocations)
 
 
 def refill(op: str, bufs: Buffers, rank: int, in_place: bool) -> None:

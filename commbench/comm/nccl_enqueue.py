@@ -33,7 +33,12 @@ class _Op(ctypes.Structure):  # struct cb_nccl_op
                 ("elem_bytes", ctypes.c_size_t), ("dtype", ctypes.c_int), ("redop", ctypes.c_int),
                 ("root", ctypes.c_int), ("rank", ctypes.c_int), ("nranks", ctypes.c_int),
                 ("comm", ctypes.c_void_p), ("shift_bytes", ctypes.c_size_t), ("steps", ctypes.c_size_t),
-                ("calls", ctypes.c_size_t)]
+                ("calls", ctypes.c_size_t)] + [(name, ctypes.POINTER(ctypes.c_size_t)) for name in (
+                    "send_counts", "send_displs", "recv_counts", "recv_displs")]
+
+
+def _size_array(values: list[int]):
+    return (ctypes.c_size_t * max(1, len(values)))(*values)
 
 
 def native_op_names(lib: ctypes.CDLL) -> list[str]:
@@ -142,13 +147,20 @@ class NcclCall:
         self.spec = _Op(ctypes.pointer(p2p), entry_point(op), kinds[op], bufs.send.data_ptr(),
                         bufs.recv.data_ptr(), bufs.count, bufs.send.element_size(), nccl_lib.NCCL_DTYPES[dtype],
                         nccl_lib.NCCL_OPS[rop], ROOT, rank, n, comm.handle, bufs.shift_bytes, bufs.steps, 0)
+        arrays = ()
+        if bufs.layout is not None:   # alltoallv: the traffic matrix's row and column of this rank
+            lay = bufs.layout
+            arrays = tuple(_size_array(v) for v in (lay.send_counts, lay.send_displs, lay.recv_counts,
+                                                    lay.recv_displs))
+            (self.spec.send_counts, self.spec.send_displs, self.spec.recv_counts,
+             self.spec.recv_displs) = (ctypes.cast(a, ctypes.POINTER(ctypes.c_size_t)) for a in arrays)
         self._enqueue, self.arg, self._comm = lib.cb_nccl_enqueue, ctypes.addressof(self.spec), comm.handle
         self._stream = raw_stream_getter()
         self.what = call_name(op)
         # what the timed loop needs (measure.native_loop.NativeOp's fields): the entry point, its
         # argument, its error text and what must outlive the op
         self.native_fn = ctypes.cast(lib.cb_nccl_enqueue, ctypes.c_void_p).value
-        self.native_keep = (self.spec, p2p, bufs)
+        self.native_keep = (self.spec, p2p, bufs, arrays)
         self.describe = _describe
 
     def enqueue(self) -> None:

@@ -79,6 +79,10 @@ def _scatter(rop, n, rank, count, j):
     return pattern.values(ROOT, rank * count + j)
 
 
+def _alltoallv(rop, n, rank, count, j):
+    return None   # per-block expectations from the traffic matrix: comm.alltoallv.count_wrong
+
+
 def _no_in_place(op: str) -> str:
     return f"{op} has no in-place form (send and receive buffers must differ)"
 
@@ -107,6 +111,11 @@ OPS: dict[str, CollectiveOp] = {op.name: op for op in (
     CollectiveOp("alltoall",       True,  _chunk_bus,      False, True,  True,  _no_in_place("alltoall"),
                  False, _alltoall,
                  False, "ncclAlltoAll", 22800, "grouped ncclSend/ncclRecv"),
+    # a traffic matrix (comm.traffic): size_bytes is what each sender sends in total (generators);
+    # algbw counts the busiest rank's larger side (the family's traffic()), busbw = algbw (n-1)/n
+    CollectiveOp("alltoallv",      False, _chunk_bus,      False, False, False, _no_in_place("alltoallv"),
+                 False, _alltoallv,
+                 False, ""),
     CollectiveOp("broadcast",      False, _one,            False, False, False, "same",        True,  _broadcast,
                  True,  "ncclBroadcast"),
     CollectiveOp("reduce",         False, _one,            True,  False, False, "same",        True,  _reduce,

@@ -12,6 +12,9 @@ COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "d
 # Columns some families add, named in docs/results.md (an acceptance rule may name them: on a
 # run without them it simply matches no rows).
 FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks_per_gpu"]
+# Written for every row with per-iteration times since the 99th percentile was added; optional on
+# reading (older run folders lack it).
+TAIL_COLUMNS = ["time_us_p99"]
 # A burn-in (`run --duration`) stamps each row with its pass (1, 2, ...) and the pass's start time
 # once the pass ends; an unstamped row of a burn-in folder belongs to the pass still running.
 PASS_COLUMN, PASS_UTC_COLUMN = "pass", "pass_utc"
@@ -31,13 +34,13 @@ LEGACY_PARAM_COLUMNS = (
     "ffn", "heads", "kv_heads", "head_dim", "tokens_per_rank", "seq_len", "layers",           # training
     "reshard_after_forward", "prefetch", "replicate", "reduce_dtype", "bucket_params",
     "overlap_grad_reduce", "overlap_param_gather", "sequence_parallel", "cp_comm", "cp_a2a_size", "fault")
-TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_max"]   # lower is better
+TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max"]   # lower is better
 SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
 STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")
 # Columns a reader turns into numbers (an empty cell becomes NaN).
 NUMERIC = ("pass", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu",
            "warmup", "iters",
-           "time_us", "time_us_min", "time_us_p90", "time_us_max", "algbw_gbps", "busbw_gbps",
+           "time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max", "algbw_gbps", "busbw_gbps",
            "wrong")
 # Columns a reader turns into strings (an empty cell becomes "").
 TEXT = ("status", "reason", "op", "backend", "variant", "dtype", "family")

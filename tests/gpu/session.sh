@@ -22,8 +22,8 @@
 #             timeline split at 2, --profile nccl at
 #             2 and 4, a straggler named, trace, one suite inside MPI (mpiexec -n 2 commbench run),
 #             compare refusing them
-#   families  small suites: timeline-known (the step split's known answers), nccl-smoke, allreduce-smoke,
-#             moe-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
+#   families  small suites: timeline-known (the step split's known answers), nccl-smoke, nccl-features,
+#             allreduce-smoke, moe-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
 #   families-all  those and nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
 #   tests-all every GPU test, the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
 #   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
@@ -172,6 +172,8 @@ group_shared_full() {   # heaviest first where it matters least: collectives, In
 group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`)
   run timeline-known 60 tests/gpu/suites/timeline-known.yaml   # known answers of the step split, 1 rank
   run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
+  # registration (user / window), misaligned buffers, alltoallv traffic matrices at 1 and 2 ranks
+  run nccl-features 90 tests/gpu/suites/nccl-features.yaml -- --require 'op=alltoallv:algbw_gbps>0'
   run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
   run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
   # the quick form as nccl-tests users type it: its table printed, its run folder held to its rows

@@ -78,7 +78,28 @@ def test_single_rank_busbw_is_zero_for_all_reduce():
 
 def test_summary_statistics():
     s = metrics.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
-    assert s == {"time_us": 3.0, "time_us_min": 1.0, "time_us_p90": pytest.approx(4.6), "time_us_max": 5.0}
+    assert s == {"time_us": 3.0, "time_us_min": 1.0, "time_us_p90": pytest.approx(4.6),
+                 "time_us_p99": pytest.approx(4.96), "time_us_max": 5.0}
+
+
+def test_p99_sits_between_p90_and_max_and_sees_one_slow_iteration_in_a_hundred():
+    times = [10.0] * 99 + [1000.0]
+    s = metrics.summarize(times)
+    assert s["time_us"] == 10.0 and s["time_us_p90"] == 10.0
+    assert s["time_us_p99"] == pytest.approx(10.0 + 0.01 * 990.0)   # linear interpolation
+    assert s["time_us_p90"] <= s["time_us_p99"] <= s["time_us_max"] == 1000.0
+
+
+def test_rank_time_reduces_each_iteration_over_the_ranks():
+    per_rank = [[1.0, 5.0, 3.0], [2.0, 4.0, 9.0]]
+    assert metrics.reduce_ranks(per_rank) == [2.0, 5.0, 9.0]              # default: the slowest rank
+    assert metrics.reduce_ranks(per_rank, "max") == [2.0, 5.0, 9.0]
+    assert metrics.reduce_ranks(per_rank, "min") == [1.0, 4.0, 3.0]
+    assert metrics.reduce_ranks(per_rank, "avg") == [1.5, 4.5, 6.0]
+    assert metrics.reduce_ranks(per_rank, "rank0") == [1.0, 5.0, 3.0]
+    assert metrics.reduce_ranks([[1.0, 2.0], [3.0]], "max") == [3.0]      # the shortest rank's iterations
+    with pytest.raises(ValueError, match="rank_time 'sum'"):
+        metrics.reduce_ranks(per_rank, "sum")
 
 
 def test_gbps_guards_zero_time():

@@ -22,8 +22,9 @@ def test_sources_compile_for_sm90(name):
 
 
 def test_op_struct_layout_matches_the_c_struct():
-    # struct cb_nccl_op: 2 pointers, int, 2 pointers, 2 size_t, 5 ints, pointer, 3 size_t (x86-64: 112 bytes)
-    assert ctypes.sizeof(nccl_enqueue._Op) == 112
+    # struct cb_nccl_op: 2 pointers, int, 2 pointers, 2 size_t, 5 ints, pointer, 3 size_t, 4 pointers
+    # (x86-64: 144 bytes)
+    assert ctypes.sizeof(nccl_enqueue._Op) == 144
     assert nccl_enqueue._Op.kind.offset == 16 and nccl_enqueue._Op.comm.offset == 80
     assert nccl_enqueue._Op.shift_bytes.offset == 88 and nccl_enqueue._Op.calls.offset == 104
     assert ctypes.sizeof(nccl_enqueue._P2p) == 4 * ctypes.sizeof(ctypes.c_void_p)

@@ -13,7 +13,8 @@ from tests.conftest import needs_nvcc
 # How kernels/nccl_enqueue.cu must call each op's entry point (the NCCL signature after
 # send, recv, count, datatype); None: grouped ncclSend/ncclRecv without a call of its own.
 SHAPES = {"all_reduce": "reducing", "all_gather": "plain", "reduce_scatter": "reducing", "alltoall": "plain",
-          "broadcast": "rooted", "reduce": "reduce", "sendrecv": None, "gather": "rooted", "scatter": "rooted"}
+          "broadcast": "rooted", "reduce": "reduce", "sendrecv": None, "gather": "rooted", "scatter": "rooted",
+          "alltoallv": None}
 vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
 PROTOS = {"plain": ctypes.CFUNCTYPE(i, vp, vp, sz, i, vp, vp),
           "reducing": ctypes.CFUNCTYPE(i, vp, vp, sz, i, i, vp, vp),
@@ -104,6 +105,9 @@ def test_each_op_reaches_its_nccl_call_with_its_arguments(lib, op):
     rec = _Recorder()
     shape = SHAPES[op]
     spec = _spec(lib, rec, op, rec.address(shape))
+    if op == "alltoallv":   # without its traffic matrix's counts it refuses (ncclInvalidArgument)
+        assert lib.cb_nccl_enqueue(ctypes.addressof(spec), STREAM) == 4 and rec.calls == []
+        return
     assert lib.cb_nccl_enqueue(ctypes.addressof(spec), STREAM) == 0
     if shape is None:   # sendrecv: rank 1 of 3 sends to 2 and receives from 0
         assert rec.calls == [("group_start", ()), ("send", (SEND, COUNT, DTYPE, 2, COMM, STREAM)),
@@ -157,3 +161,21 @@ def test_nccl_2_28_runs_gather_scatter_and_one_call_alltoall(monkeypatch):
     assert nccl_enqueue.call_name("alltoall") == "ncclAlltoAll"
     _fake_nccl(monkeypatch, 22809, set())   # a 2.28 build without the symbol: still skipped
     assert "needs ncclGather" in nccl_enqueue.unavailable("gather")
+
+
+@needs_nvcc
+def test_alltoallv_sends_each_peer_its_block_and_skips_empty_ones(lib):
+    """Rank 1 of 3 sends 3 elements to rank 0, none to itself, 5 to rank 2, and receives 2 from
+    rank 0 and 4 from itself: one send/recv per non-empty block, at its displacement."""
+    rec = _Recorder()
+    spec = _spec(lib, rec, "alltoallv", None)
+    arrays = [(ctypes.c_size_t * 3)(*v) for v in ([3, 0, 5], [0, 3, 3], [2, 4, 0], [0, 2, 6])]
+    (spec.send_counts, spec.send_displs, spec.recv_counts,
+     spec.recv_displs) = (ctypes.cast(a, ctypes.POINTER(ctypes.c_size_t)) for a in arrays)
+    assert lib.cb_nccl_enqueue(ctypes.addressof(spec), STREAM) == 0
+    assert rec.calls == [("group_start", ()),
+                         ("send", (SEND, 3, DTYPE, 0, COMM, STREAM)),
+                         ("recv", (RECV, 2, DTYPE, 0, COMM, STREAM)),
+                         ("recv", (RECV + 2 * ELEM, 4, DTYPE, 1, COMM, STREAM)),
+                         ("send", (SEND + 3 * ELEM, 5, DTYPE, 2, COMM, STREAM)),
+                         ("group_end", ())]

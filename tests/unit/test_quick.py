@@ -133,3 +133,28 @@ def test_cpu_run_started_by_commbench_on_gloo(tmp_path):
     res = CliRunner().invoke(cli, ["run", str(tmp_path / "run" / "suite.yaml"), "--resume", "--quiet",
                                    "--out", str(tmp_path / "run")])
     assert res.exit_code == 0, res.output
+
+
+def test_register_unalign_and_average_become_parameters():
+    bench = suite_dict(QuickArgs(op="all_reduce", dtype="bf16", register=2, unalign=3, average=1))["benchmarks"][0]
+    assert bench["params"] == {"in_place": [False, True], "reduce_op": "sum", "register": "window",
+                               "offset_bytes": 6, "rank_time": "avg"}   # -u counts bf16 elements
+    plain = suite_dict(QuickArgs(op="all_reduce"))["benchmarks"][0]["params"]
+    assert set(plain) == {"in_place", "reduce_op"}   # defaults stay out of suite.yaml
+
+
+def test_the_table_ends_with_each_bound_and_the_best_busbw_against_it():
+    import json
+
+    from commbench.analysis.quick import table_of
+
+    links = json.loads((REPO / "tests" / "fixtures" / "links" / "8x-h100-nvswitch.json").read_text())["links"]
+    rows = [{"op": "all_gather", "dtype": "float32", "size_bytes": s, "count": s // 32, "in_place": False,
+             "status": "ok", "time_us": 10.0, "algbw_gbps": b / 0.875, "busbw_gbps": b, "wrong": 0,
+             "world_size": 8, "num_nodes": 1, "ranks_per_node": 8, "family": "collectives", "backend": "nccl"}
+            for s, b in ((1 << 20, 100.0), (1 << 30, 360.0))]
+    text = table_of(rows, QuickArgs(op="all_gather"), links)
+    last = text.splitlines()[-1]
+    assert last.startswith("# Bound 1MiB..1GiB: 450 GB/s (nvlink4x18); best busbw 360.00 GB/s = 80.0% of it at 1GiB")
+    none = table_of(rows, QuickArgs(op="all_gather"), None).splitlines()[-1]
+    assert none.startswith("# Bound: none for 2 row(s): ") and "links" in none

@@ -6,7 +6,11 @@ import math
 from pathlib import Path
 
 from .records import (JSON_HALF_UNIT, MAX_ITERS, MAX_RANKS, MAX_SIZE_BYTES, MAX_THREADS_OR_GPUS, Device,
-                      NcclTestsFormatError, ResultLine, Side, TestRun, bounded_int, parse_int)
+                      NcclTestsFormatError, ResultLine, Side, TestRun, bounded_int, option_value, parse_int)
+
+# Options the JSON's config does not hold but its command line does: attribute, -short, --long, bounds
+_OPTIONS = (("unalign", "u", "unalign", 0, MAX_SIZE_BYTES), ("register", "R", "local_register", 0, 2),
+            ("average", "a", "average", 0, 4))
 
 
 def parse_json(path: Path, text: str) -> TestRun:
@@ -43,6 +47,12 @@ def parse_json(path: Path, text: str) -> TestRun:
     run.graph_launches = j.int(cfg, "graph", "config", 0, MAX_ITERS, default=0)
     run.blocking = 1 if cfg.get("blocking_collectives") in (True, "true", 1) else 0
     run.per_iter = cfg.get("per_iter_timing") in (True, "true", 1)
+    for attr, short, long, lo, hi in _OPTIONS:
+        given = option_value(run.command, short, long)
+        if given is not None:
+            setattr(run, attr, parse_int(given, f"-{short}", f"{path}: args", lo, hi))
+    run.average = 1 if run.average is None else run.average   # the command is known: absent = default
+    run.register = 0 if run.register is None else run.register
     devices = j.get(cfg, "devices", list, "config")
     if not devices:
         raise NcclTestsFormatError(f"{path}: config.devices is empty: the world size is unknown.")
@@ -143,6 +153,7 @@ def _json_line(j: _Json, r, at: str, run: TestRun) -> ResultLine:
             pat = f"{at}.{key}_per_iter"
             side.iter_min_us = j.float(per, "min_us", pat) if per.get("min_us") is not None else None
             side.iter_max_us = j.float(per, "max_us", pat) if per.get("max_us") is not None else None
+            side.iter_p99_us = j.float(per, "p99_us", pat) if per.get("p99_us") is not None else None
             times = per.get("times_us")
             if isinstance(times, list) and times:
                 side.iter_times_us = [j.number(t, f"{pat}.times_us[{i}]") for i, t in enumerate(times)]

@@ -53,6 +53,7 @@ class Side:
     busbw_half_unit: float
     iter_min_us: float | None = None  # -I per-iteration columns
     iter_max_us: float | None = None
+    iter_p99_us: float | None = None  # nccl-tests' own p99 (nearest rank; the table's i_p99, JSON p99_us)
     iter_times_us: list[float] | None = None             # -I in JSON: slowest process per iteration
     per_process_times_us: list[list[float]] | None = None
 
@@ -90,6 +91,10 @@ class TestRun:
     validation: int = 1
     graph_launches: int = 0
     unalign: int = 0
+    # -R (0 none, 1 user registration, 2 symmetric window) and -a (0 rank 0, 1 avg, 2 min, 3 max,
+    # 4 sum): a JSON file's command line says them; a table does not (None: nccl-tests' defaults)
+    register: int | None = None
+    average: int | None = None
     blocking: int = 0
     per_iter: bool = False
     cputime: bool = False
@@ -143,3 +148,23 @@ def half_unit(printed: str) -> float:
         exp = int(e)
     decimals = len(t.split(".", 1)[1]) if "." in t else 0
     return 0.5 * 10.0 ** (exp - decimals)
+
+
+def option_value(command: list[str] | None, short: str, long: str) -> str | None:
+    """The value an nccl-tests command line gives option -``short`` / --``long`` (the last one wins,
+    as getopt's), in any of getopt's spellings: ``-R 1``, ``-R1``, ``--local_register 1``,
+    ``--local_register=1``; None when the command does not give it."""
+    value, args = None, list(command or [])[1:]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if a in (f"-{short}", f"--{long}"):
+            value, i = nxt, i + 2
+            continue
+        if a.startswith(f"--{long}="):
+            value = a.split("=", 1)[1]
+        elif a.startswith(f"-{short}") and not a.startswith("--") and len(a) > 2:
+            value = a[2:]
+        i += 1
+    return value

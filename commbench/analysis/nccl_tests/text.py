@@ -192,6 +192,7 @@ def _text_row(cur: _TextSection, line: str, where: str) -> ResultLine:
         if run.per_iter:
             side.iter_min_us = _number(f[4], f"{label} i_min", where)
             side.iter_max_us = _number(f[5], f"{label} i_max", where)
+            side.iter_p99_us = _number(f[6], f"{label} i_p99", where)
         sides.append(side)
     return ResultLine(where=where, size_bytes=size_bytes, count=count, type_name=tok[2],
                       redop=tok[3], root=root, sides=sides)

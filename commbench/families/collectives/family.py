@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from ... import dtypes, metrics
 from ...comm.context import RankContext
 from ...comm.ops import OPS, no_in_place_reason
+from ...comm.traffic import spec_problem
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
@@ -14,6 +15,8 @@ from ..base import Case, Family, Param, Traffic
 # Several times the L2 of current GPUs (H100/H200 50 MB, B200 126 MB), so a rotated send + receive
 # working set never fits in it
 ROTATION_SPAN_BYTES = 256 << 20
+MAX_OFFSET_BYTES = 4096
+RANK_TIMES = ("max", "avg", "min", "rank0")   # metrics.RANK_TIMES
 
 
 @dataclass
@@ -28,6 +31,7 @@ class CollectiveState(CaseState):
     rank: int
     n: int
     nccl: object = None   # nccl backend: the comm.nccl_enqueue.NcclCall that runner, the timed loop and check use
+    registration: object = None   # register != none: comm.registration.Registration (freed at teardown)
 
 
 class Collectives(Family):
@@ -50,6 +54,18 @@ class Collectives(Family):
                                    "(as nccl-tests shifts them within its largest buffer), so no iteration "
                                    "reads the previous one's data from L2; 0 reuses one buffer (cache-hot)",
                                    range=(0, 1 << 40)),
+        "register": Param("none", (str,), "nccl backend: buffers from ncclMemAlloc registered with NCCL, "
+                          "user (ncclCommRegister) or window (ncclCommWindowRegister, symmetric, NCCL >= 2.27); "
+                          "a refusal skips the Case with NCCL's reason (the `registered` column)",
+                          choices=("none", "user", "window")),
+        "offset_bytes": Param(0, (int,), "every send and receive buffer starts this many bytes past its "
+                              "allocation's alignment (nccl-tests -u; a multiple of the element size)",
+                              range=(0, MAX_OFFSET_BYTES)),
+        "traffic": Param("uniform", (str,), "alltoallv: uniform, zipf:S, hot_rank:R[:F], spread:S or a "
+                         ".csv/.json byte matrix (row = sender); other ops ignore it", check=spec_problem),
+        "rank_time": Param("max", (str,), "how the ranks' times of one iteration reduce to the row's time "
+                           "(nccl-tests -a): the slowest rank, their mean, the fastest, or rank 0's",
+                           choices=RANK_TIMES),
     }
 
     def impossible(self, case: Case) -> tuple[str, str] | None:
@@ -57,6 +73,14 @@ class Collectives(Family):
             return ("params.in_place", no_in_place_reason(case.op))
         if case.backend == "mpi" and case.dtype in ("bfloat16", "float16"):
             return ("dtypes", f"MPI has no {case.dtype} datatype")
+        if case.param("register", "none") != "none" and case.backend != "nccl":
+            return ("params.register", "buffer registration is the nccl backend's (libnccl called directly)")
+        if case.op == "alltoallv" and case.backend != "nccl":
+            return ("backends", "alltoallv runs on the nccl backend only (grouped ncclSend/ncclRecv)")
+        offset = case.param("offset_bytes", 0)
+        if isinstance(offset, int) and offset % dtypes.size_bytes(case.dtype):
+            return ("params.offset_bytes", f"offset_bytes {offset} is not a multiple of the "
+                    f"{dtypes.size_bytes(case.dtype)}-byte {case.dtype} element (NCCL needs element-aligned buffers)")
         return None
 
     def needs_gpu_for(self, case: Case) -> bool:
@@ -68,10 +92,20 @@ class Collectives(Family):
         world = ctx.world
         n, rank = world.size, world.rank
         elem = dtypes.size_bytes(case.dtype)
-        count = metrics.element_count(case.op, case.size_bytes, elem, n)
+        layout = None
+        if case.op == "alltoallv":
+            from ...comm import traffic
+
+            try:   # a hot rank or a matrix that this many ranks cannot have: skipped, with the reason
+                matrix = traffic.counts(case.param("traffic", "uniform"), n, case.size_bytes, elem)
+            except traffic.TrafficError as exc:
+                raise SkipCase(f"traffic {case.param('traffic', 'uniform')}: {exc}") from None
+            layout = traffic.Layout(matrix, rank)
+        count = layout.send_total if layout else metrics.element_count(case.op, case.size_bytes, elem, n)
         if count == 0:
             raise SkipCase(f"{case.size_bytes} B is less than one {case.dtype} element per rank on {n} ranks")
-        size_bytes = metrics.algbw_bytes(case.op, count, elem, n)   # the bytes really moved
+        size_bytes = (count * elem if layout else
+                      metrics.algbw_bytes(case.op, count, elem, n))   # the bytes really moved
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
         stream, native, nccl = None, None, None
@@ -98,7 +132,30 @@ class Collectives(Family):
             device = buffers.NUMPY if case.backend == "mpi" else "cpu"
         native_loop = case.backend == "nccl" and case.param("timed_loop", "native") == "native"
         span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)) if native_loop else 0
-        bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place, span)
+        offset = int(case.param("offset_bytes", 0))
+        registration, alloc = None, None
+        register = case.param("register", "none")
+        if case.backend == "nccl" and register != "none":
+            from ...comm.registration import Registration
+
+            registration = Registration(register, nccl_comm.communicator(ctx), device)
+            alloc = registration.alloc_bytes
+        try:
+            if layout is not None:
+                from ...comm import alltoallv
+
+                bufs = alltoallv.allocate(layout, rank, case.dtype, device, span, offset, alloc)
+            else:
+                bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place, span, offset, alloc)
+            if registration is not None:
+                import torch
+
+                torch.cuda.synchronize()
+                registration.register(bufs.allocations)   # SkipCase (memory released) on a refusal
+        except BaseException:
+            if registration is not None:
+                registration.close()
+            raise
         if stream is not None:
             import torch
 
@@ -124,6 +181,8 @@ class Collectives(Family):
             process_group(ctx)
             runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
         extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
+        if case.backend == "nccl":
+            extra["registered"] = register   # what NCCL accepted (a refusal is a skipped row)
         if native_loop:
             extra["buffer_rotations"] = bufs.steps
         if nccl is not None and OPS[case.op].nccl_fallback:   # which of the op's two forms ran
@@ -131,15 +190,19 @@ class Collectives(Family):
         if case.backend in ("torch_nccl", "gloo") and not in_place and OPS[case.op].torch_local_copy:
             extra["includes_local_copy"] = True
         return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n, nccl,
-                               count=count, size_bytes=size_bytes, stream=stream, extra=extra, native=native)
+                               registration, count=count, size_bytes=size_bytes, stream=stream, extra=extra,
+                               native=native)
 
     def run(self, state: CollectiveState) -> None:
         state.runner()
 
     def check(self, state: CollectiveState) -> int:
-        from ...comm import buffers
+        from ...comm import alltoallv, buffers
 
-        buffers.refill(state.op, state.bufs, state.rank, state.in_place)
+        if state.bufs.layout is not None:
+            alltoallv.refill(state.bufs, state.rank)
+        else:
+            buffers.refill(state.op, state.bufs, state.rank, state.in_place)
         if state.stream is None:
             state.runner()
         else:
@@ -152,10 +215,17 @@ class Collectives(Family):
                 with torch.cuda.stream(state.stream):
                     state.runner()
             state.stream.synchronize()
+        if state.bufs.layout is not None:
+            return alltoallv.count_wrong(state.bufs, state.dtype)
         return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)
 
     def traffic(self, case: Case, world_size: int) -> Traffic:
         elem = dtypes.size_bytes(case.dtype)
+        if case.op == "alltoallv":   # the busiest rank's larger side, as nccl-tests' alltoallv
+            from ...comm import traffic
+
+            matrix = traffic.counts(case.param("traffic", "uniform"), world_size, case.size_bytes, elem)
+            return Traffic(traffic.algbw_elements(matrix) * elem, metrics.bus_factor(case.op, world_size))
         count = metrics.element_count(case.op, case.size_bytes, elem, world_size)
         return Traffic(metrics.algbw_bytes(case.op, count, elem, world_size),
                        metrics.bus_factor(case.op, world_size))
@@ -164,6 +234,12 @@ class Collectives(Family):
         state.bufs = None
         state.runner = None
         state.nccl = None
+        if state.registration is not None:   # deregister and free once nothing uses the buffers
+            import torch
+
+            torch.cuda.synchronize()
+            state.registration.close()
+            state.registration = None
 
 
 FAMILY = Collectives()
