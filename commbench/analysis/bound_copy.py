@@ -22,8 +22,16 @@ def _index(row: Mapping, key: str) -> int | None:
     return int(v) if math.isfinite(v) and v >= 0 else None
 
 
-def _gpu(links: dict | None, index: int) -> dict[str, Any]:
-    for g in _gpus(links):
+def _gpu(links: dict | None, index: int, bus_id: Any = None) -> dict[str, Any]:
+    """The GPU a row names: by PCI address when the row has it (a CUDA index counts only the
+    visible GPUs, NVML's every GPU), else by index."""
+    gpus = _gpus(links)
+    bus = str(bus_id or "").strip().upper()
+    if bus and bus != "NAN":
+        for g in gpus:
+            if str(g.get("pci_bus_id") or "").upper() == bus:
+                return g
+    for g in gpus:
         if g.get("index") == index:
             return g
     raise NoLimit(f"GPU {index} is not among the GPUs run.json's links describe")
@@ -56,9 +64,9 @@ def copy_bound(row: Mapping, links: dict | None) -> tuple[Limit | None, str]:
         if op in HOST_OPS:
             note = ("pageable host memory: the driver stages it through pinned buffers over the same link"
                     if str(row.get("memory")) == "pageable" else "")
-            return _pcie(_gpu(links, gpu)), note
+            return _pcie(_gpu(links, gpu, row.get("gpu_bus_id"))), note
         if op == "d2d":
-            g = _gpu(links, gpu)
+            g = _gpu(links, gpu, row.get("gpu_bus_id"))
             if not g.get("hbm_gbps"):
                 raise NoLimit(f"GPU {gpu}: HBM bandwidth unknown")
             return (Limit(g["hbm_gbps"] / 2, g.get("hbm_label") or "hbm"),
@@ -66,7 +74,7 @@ def copy_bound(row: Mapping, links: dict | None) -> tuple[Limit | None, str]:
         if op in PAIR_OPS:
             if peer is None:
                 return None, f"{op} row without its peer column"
-            limit, note = _pair(_gpu(links, gpu), _gpu(links, peer))
+            limit, note = _pair(_gpu(links, gpu, row.get("gpu_bus_id")), _gpu(links, peer, row.get("peer_bus_id")))
             if op == "bidir":
                 return Limit(limit.gbps * 2, limit.link + " both ways"), note
             return limit, note

@@ -41,6 +41,15 @@ def _places(op: str, memory: str) -> tuple[str, str]:
     return {"h2d": (memory, "device"), "d2h": ("device", memory)}.get(op, ("device", "device"))
 
 
+def _bus_id(index: int) -> str:
+    """The GPU's PCI address as NVML writes it (00000000:1B:00.0), "" when torch does not say."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    bus, dev, dom = (getattr(props, k, None) for k in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
+    return "" if bus is None or dev is None else f"{dom or 0:08X}:{bus:02X}:{dev:02X}.0"
+
+
 class Copy(Family):
     name = "copy"
     summary = "host<->device, within a GPU and GPU pairs (one way, both ways) by copy engine and SM kernel"
@@ -158,6 +167,9 @@ class Copy(Family):
         for dev in devices:
             torch.cuda.synchronize(dev)
         extra["buffer_rotations"] = slots
+        extra["gpu_bus_id"] = _bus_id(gpu)   # the bound finds the GPU by it (CUDA_VISIBLE_DEVICES may renumber)
+        if case.op in PAIR_OPS:
+            extra["peer_bus_id"] = _bus_id(peer)
         state = CopyState(op, dirs, pools, devices, count=size // buffers.ELEMENT_BYTES, prev_device=prev,
                           bidir=bidir, stream=torch.cuda.Stream(device=gpu), extra=extra)
         state.native = NativeOp(fn=native.enqueue_fn(), arg=ctypes.addressof(op), describe=native.describe,
