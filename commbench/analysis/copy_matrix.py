@@ -57,8 +57,9 @@ def pair_groups(df: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
         return []
     key = [c for c in GROUP_KEY if c in rows.columns]
     rows = _largest(rows, key)
-    return [(dict(zip(key, values if isinstance(values, tuple) else (values,))), group)
-            for values, group in rows.groupby(key, sort=True, dropna=False)]
+    out = [(dict(zip(key, values if isinstance(values, tuple) else (values,))), group)
+           for values, group in rows.groupby(key, sort=True, dropna=False)]
+    return sorted(out, key=lambda wg: PAIR_OPS.index(str(wg[0]["op"])))   # p2p first, then bidir (stable)
 
 
 def matrix(group: pd.DataFrame, value: str = "busbw_gbps") -> pd.DataFrame:

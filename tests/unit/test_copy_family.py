@@ -156,8 +156,8 @@ def test_with_bounds_gives_copy_rows_pct_of_bound_and_the_fixture_stays_under_it
 def test_pair_matrix_has_every_ordered_pair_and_an_empty_diagonal():
     rows = with_bounds(pd.DataFrame(copy_rows({(2, 5): 0.5})), {"links": _links("8x-h200-nvswitch")})
     groups = pair_groups(rows)
-    assert [(w["op"], w["engine"]) for w, _ in groups] == [("bidir", "ce"), ("bidir", "sm"), ("p2p", "ce"),
-                                                           ("p2p", "sm")]
+    assert [(w["op"], w["engine"]) for w, _ in groups] == [("p2p", "ce"), ("p2p", "sm"), ("bidir", "ce"),
+                                                           ("bidir", "sm")]
     p2p = dict(((w["op"], w["engine"]), g) for w, g in groups)[("p2p", "ce")]
     m = matrix(p2p)
     assert m.shape == (8, 8) and all(math.isnan(m.loc[i, i]) for i in range(8))
