@@ -98,6 +98,22 @@ def test_rotation_slots_fill_the_span_and_keep_slots_aligned():
     assert all(m < 0 for m in buffers.MASKS)                     # bit 31 set: the pattern is never zero
 
 
+def test_the_check_catches_a_changed_a_shifted_and_an_uncopied_vector():
+    import torch
+
+    good = buffers.pattern(1024, 0, "cpu")
+    assert buffers.count_wrong(good.clone(), 0) == 0 and int((good == 0).sum()) == 0
+    one = good.clone()
+    one[777] += 1
+    assert buffers.count_wrong(one, 0) == 1
+    shifted = torch.cat([good[4:], good[:4]])                    # every element one 16-byte vector off
+    assert buffers.count_wrong(shifted, 0) == 1024
+    cleared = good.clone()
+    cleared[512:516] = 0                                          # a vector the copy never wrote
+    assert buffers.count_wrong(cleared, 0) == 4
+    assert buffers.count_wrong(buffers.pattern(1024, 1, "cpu"), 0) == 1024   # bidir's two directions differ
+
+
 # --- bounds on the info --json fixtures ----------------------------------------------------------
 
 def _row(op, gpu=0, peer=-1, **extra):

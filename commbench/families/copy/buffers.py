@@ -35,6 +35,11 @@ def pattern(count: int, seed: int, device: Any):
     return torch.arange(count, dtype=torch.int32, device=device).bitwise_xor_(MASKS[seed])
 
 
+def count_wrong(got, seed: int) -> int:
+    """Elements of ``got`` (int32, any device) that differ from the pattern."""
+    return int((got != pattern(got.numel(), seed, got.device)).sum().item())
+
+
 @dataclass
 class Pool:
     """``nbytes`` on a GPU ("device", ``gpu``), in pinned mapped host memory or in pageable host
@@ -82,10 +87,7 @@ class Pool:
     def wrong(self, count: int, seed: int) -> int:
         """Elements of the first slot (``count`` int32) that differ from the pattern."""
         got = self.view[:count]
-        device = f"cuda:{self.gpu}"
-        if got.device.type == "cpu":
-            got = got.to(device)
-        return int((got != pattern(count, seed, device)).sum().item())
+        return count_wrong(got if got.device.type == "cuda" else got.to(f"cuda:{self.gpu}"), seed)
 
     def release(self) -> None:
         self.view = None          # no tensor may outlive the memory under it
