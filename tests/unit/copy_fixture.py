@@ -21,7 +21,8 @@ def _row(op, engine, gpu, peer, size, gbps, suite="copy"):
             "size_bytes": size, "count": size // 4, "world_size": 1, "num_nodes": 1, "ranks_per_node": 1,
             "in_place": "", "warmup": 3, "iters": 10, "timing": "events", "time_us": round(time_us, 3),
             "time_us_min": round(time_us, 3), "time_us_p90": round(time_us, 3), "time_us_max": round(time_us, 3),
-            "algbw_gbps": gbps, "busbw_gbps": gbps, "wrong": 0, "status": "ok", "reason": "", "log": "logs/launch-0.log",
+            "algbw_gbps": gbps, "busbw_gbps": gbps, "wrong": 0, "status": "ok", "reason": "",
+            "log": "logs/launch-0.log",
             "engine": engine, "memory": "pinned", "gpu": gpu, "peer": peer, "buffer_span_bytes": 256 << 20,
             "sm_ctas": 528 if engine == "sm" else "", "ranks_per_gpu": 1}
 

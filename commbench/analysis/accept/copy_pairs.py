@@ -35,7 +35,8 @@ def slow_pairs(rows: pd.DataFrame, metric: str, op: str, value: float) -> str:
     for idx in order.index[:MAX_NAMED]:
         r = miss.loc[idx]
         size = format_size(int(r["size_bytes"])) if pd.notna(r.get("size_bytes")) else ""
-        named.append(f"{pair_label(r)} {r.get('op', '')} {r.get('engine', '')} {size}: {order[idx]:.4g}".replace("  ", " "))
+        words = (pair_label(r), r.get("op", ""), r.get("engine", ""), size)
+        named.append(" ".join(str(w) for w in words if str(w)) + f": {order[idx]:.4g}")
     more = f" and {len(miss) - MAX_NAMED} more" if len(miss) > MAX_NAMED else ""
     text = f"; {len(miss)} copy row(s) miss it: {', '.join(named)}{more}"
     shared = set.intersection(*(_gpus(miss.loc[i]) for i in miss.index))

@@ -8,14 +8,14 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from ....units import format_size  # noqa: E402
-from ...bounds import with_bounds_runs  # noqa: E402
-from ...copy_matrix import copy_rows, matrix, one_gpu_table, pair_groups  # noqa: E402
-from ..plots import figure_png  # noqa: E402
-from .base import ReportSection  # noqa: E402
+from ....units import format_size
+from ...bounds import with_bounds_runs
+from ...copy_matrix import copy_rows, matrix, one_gpu_table, pair_groups
+from ..plots import figure_png
+from .base import ReportSection
 
 PANEL_IN = 4.6   # inches per heatmap panel (8 GPUs: cells large enough for two lines of text)
 
