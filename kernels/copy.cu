@@ -2,31 +2,83 @@
 // SM kernel, host-to-device, device-to-host, within a GPU or between two GPUs, one way or both ways
 // at once. The native timed loop (timed_loop.cu) calls cb_copy_enqueue once per op.
 //
-// The SM kernel: 16-byte loads and stores, grid-stride, four loads in flight per thread before
-// their stores (a PCIe or NVLink read is a long round trip: the loads of a thread overlap it).
-// Host memory reaches it through a device mapping (cudaHostAlloc mapped, cb_copy_host_alloc).
+// The SM kernel: 16-byte loads and stores; each CTA copies tiles of UNROLL x 512 vectors (its
+// loads all issued before its stores, so a thread has UNROLL reads in flight: a PCIe or NVLink read
+// is a long round trip), the tiles of the grid contiguous, so the GPU streams through one window
+// of memory at a time. Host memory reaches it through a device mapping (cudaHostAlloc mapped,
+// cb_copy_host_alloc).
+//
+// Compile-time choices (defaults below; benchmarks/copy_sm_variants.py builds the others to compare):
+//   CB_COPY_UNROLL        vectors in flight per thread
+//   CB_COPY_CTAS_PER_SM   the default grid: CTAs of 512 threads per SM
+//   CB_COPY_TILED         1: contiguous tiles per CTA (above); 0: plain grid-stride, UNROLL strides apart
+//   CB_COPY_L2_256        1: loads ask L2 to fetch 256-byte blocks (ld.global.nc.L1::no_allocate.L2::256B);
+//                         fewer, larger requests, which matters most for reads over PCIe
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#ifndef CB_COPY_UNROLL
+#define CB_COPY_UNROLL 4
+#endif
+#ifndef CB_COPY_CTAS_PER_SM
+#define CB_COPY_CTAS_PER_SM 4
+#endif
+#ifndef CB_COPY_TILED
+#define CB_COPY_TILED 1
+#endif
+#ifndef CB_COPY_L2_256
+#define CB_COPY_L2_256 1
+#endif
 
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int kUnroll = 4;
-constexpr int kCtasPerSm = 4;  // 4 x 512 threads: a full Hopper SM (2,048 threads, 32 registers each)
+constexpr int kUnroll = CB_COPY_UNROLL;
+constexpr int kCtasPerSm = CB_COPY_CTAS_PER_SM;
+
+__device__ __forceinline__ uint4 load16(const uint4* p) {
+#if CB_COPY_L2_256
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+#else
+  return *p;
+#endif
+}
 
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n_vec,
        uint8_t* __restrict__ dst_tail, const uint8_t* __restrict__ src_tail, int tail_bytes) {
+#if CB_COPY_TILED
+  constexpr size_t kTile = static_cast<size_t>(kThreads) * kUnroll;
+  const size_t step = static_cast<size_t>(gridDim.x) * kTile;
+  for (size_t base = blockIdx.x * kTile; base < n_vec; base += step) {
+    const size_t i = base + threadIdx.x;
+    if (base + kTile <= n_vec) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = load16(src + i + u * kThreads);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) dst[i + u * kThreads] = v[u];
+    } else {
+      for (int u = 0; u < kUnroll; ++u)
+        if (i + u * kThreads < n_vec) dst[i + u * kThreads] = load16(src + i + u * kThreads);
+    }
+  }
+#else
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (; i + (kUnroll - 1) * stride < n_vec; i += kUnroll * stride) {
     uint4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = src[i + u * stride];
+    for (int u = 0; u < kUnroll; ++u) v[u] = load16(src + i + u * stride);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) dst[i + u * stride] = v[u];
   }
-  for (; i < n_vec; i += stride) dst[i] = src[i];
+  for (; i < n_vec; i += stride) dst[i] = load16(src + i);
+#endif
   if (blockIdx.x == 0 && static_cast<int>(threadIdx.x) < tail_bytes) dst_tail[threadIdx.x] = src_tail[threadIdx.x];
 }
 
@@ -50,7 +102,12 @@ int launch_sm(void* dst, const void* src, size_t bytes, int blocks, cudaStream_t
   if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % 16) return cudaErrorMisalignedAddress;
   const size_t n_vec = bytes / 16;
   const int tail = static_cast<int>(bytes % 16);
-  size_t need = (n_vec + kThreads - 1) / kThreads;  // no block without a vector to copy
+#if CB_COPY_TILED
+  const size_t per_cta = static_cast<size_t>(kThreads) * kUnroll;
+#else
+  const size_t per_cta = kThreads;
+#endif
+  size_t need = (n_vec + per_cta - 1) / per_cta;  // no CTA without a vector to copy
   int grid = static_cast<int>(need < static_cast<size_t>(blocks) ? need : static_cast<size_t>(blocks));
   if (grid < 1) grid = 1;
   copy16<<<grid, kThreads, 0, s>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src), n_vec,
