@@ -8,6 +8,8 @@ import math
 
 import pandas as pd
 
+from ..units import format_size
+
 PAIR_OPS = ("p2p", "bidir")
 ONE_GPU_OPS = ("h2d", "d2h", "d2d")
 GROUP_KEY = ("run", "op", "engine", "memory")   # one matrix (or table line) per these, where present
@@ -83,7 +85,13 @@ def one_gpu_table(df: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     key = [c for c in (*GROUP_KEY, "gpu") if c in rows.columns]
-    rows = _largest(rows, key).sort_values(key)
-    cols = [c for c in (*key, "size_bytes", "busbw_gbps", "bound_gbps", "bound_link", "pct_of_bound", "wrong")
+    rows = _largest(rows, key).copy()
+    if "memory" in rows.columns:   # host memory means nothing to a copy within a GPU
+        rows.loc[rows["op"].astype(str) == "d2d", "memory"] = ""
+    rows["_op"] = rows["op"].astype(str).map(ONE_GPU_OPS.index)
+    order = [c for c in ("run", "gpu", "_op", "engine", "memory") if c in rows.columns]
+    rows = rows.sort_values(order)
+    rows["size"] = [format_size(int(v)) for v in rows["size_bytes"]]
+    cols = [c for c in (*key, "size", "busbw_gbps", "bound_gbps", "bound_link", "pct_of_bound", "wrong")
             if c in rows.columns]
     return rows[cols].reset_index(drop=True)

@@ -244,3 +244,18 @@ def test_copy_kernel_compiles():
     except jit.JitError:
         pytest.skip("nvcc not installed")
     jit.compile_check("copy", arch="sm_90")
+
+
+# --- a real run: copy-smoke on one H200 (2026-12-03, tests/fixtures/runs/copy-1x-h200) -------------
+
+def test_measured_h200_copies_reach_85_pct_with_the_copy_engines_and_none_exceeds_its_bound():
+    run = load_run(ROOT / "tests" / "fixtures" / "runs" / "copy-1x-h200")
+    df = with_bounds(run.results, run.meta)
+    ok = df[df.status == "ok"]
+    assert len(ok) == 14 and ok["bound_gbps"].notna().all() and (ok["wrong"] == 0).all()
+    assert ok["pct_of_bound"].max() <= 105
+    big = ok[(ok.size_bytes == 1 << 30) & (ok.memory == "pinned")]
+    assert set(big.engine) == {"ce", "sm"}                        # both paths reported
+    ce = big[big.engine == "ce"].set_index("op")["pct_of_bound"]
+    assert set(ce.index) == {"h2d", "d2h", "d2d"} and (ce >= 85).all()
+    assert set(big.bound_link) == {"pcie5x16", "hbm3e"}
