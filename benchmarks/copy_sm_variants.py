@@ -22,10 +22,10 @@ from commbench.families.copy.buffers import Direction, Pool
 from commbench.sysinfo import links as link_probe
 
 VARIANTS = {   # name -> nvcc flags (the defaults are in kernels/copy.cu)
-    "default": [],
-    "strided": ["-DCB_COPY_TILED=0", "-DCB_COPY_L2_256=0"],
-    "strided+l2": ["-DCB_COPY_TILED=0"],
-    "tiled": ["-DCB_COPY_L2_256=0"],
+    "default": [],                                      # tiled, plain loads
+    "strided": ["-DCB_COPY_TILED=0"],
+    "strided+l2": ["-DCB_COPY_TILED=0", "-DCB_COPY_L2_256=1"],
+    "tiled+l2": ["-DCB_COPY_L2_256=1"],
     "unroll8x2": ["-DCB_COPY_UNROLL=8", "-DCB_COPY_CTAS_PER_SM=2"],
     "unroll2": ["-DCB_COPY_UNROLL=2"],
     "ctas2": ["-DCB_COPY_CTAS_PER_SM=2"],

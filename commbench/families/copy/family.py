@@ -60,7 +60,7 @@ class Copy(Family):
     needs_gpu = True
     params = {
         "engine": Param("ce", (str,), "who copies: ce = a copy engine (cudaMemcpyAsync), sm = commbench's "
-                        "SM kernel (16-byte vectors, grid-stride; host memory through a device mapping)",
+                        "SM kernel (16-byte vectors in contiguous tiles per CTA; host memory through a device mapping)",
                         choices=("ce", "sm")),
         "memory": Param("pinned", (str,), "h2d and d2h: the host buffer is pinned (cudaHostAlloc, mapped) "
                         "or pageable (malloc; the driver stages it, copy engine only)",
