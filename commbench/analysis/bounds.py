@@ -16,6 +16,7 @@ from typing import Mapping
 import pandas as pd
 
 from . import bound_limits as lim
+from .bound_copy import copy_bound
 from .bound_limits import BOUND_COLUMNS, Limit, NoLimit
 from .rehearsal import ranks_per_gpu, shared_reason
 from ..comm.ops import OPS
@@ -106,6 +107,8 @@ def row_bound(row: Mapping, links: dict | None) -> tuple[Limit | None, str]:
         return None, "no bound: " + shared_reason(shared)
     if family in NO_BOUND_FAMILIES:
         return None, NO_BOUND_FAMILIES[family]
+    if family == "copy":   # the row's own GPU or GPU pair (analysis/bound_copy.py)
+        return copy_bound(row, links)
     if backend in HOST_BACKENDS:
         return None, f"backend {backend} moves host memory: no GPU link bound"
     op = str(row.get("op"))

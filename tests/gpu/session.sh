@@ -23,7 +23,7 @@
 #             2 and 4, a straggler named, trace, one suite inside MPI (mpiexec -n 2 commbench run),
 #             compare refusing them
 #   families  small suites: timeline-known (the step split's known answers), nccl-smoke, nccl-features,
-#             allreduce-smoke, moe-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
+#             allreduce-smoke, moe-smoke, copy-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
 #   families-all  those and nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
 #   tests-all every GPU test, the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
 #   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
@@ -176,6 +176,7 @@ group_families() {   # the default slice (nvshmem and proxy: their GPU tests in 
   run nccl-features 90 tests/gpu/suites/nccl-features.yaml -- --require 'op=alltoallv:algbw_gbps>0'
   run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
   run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
+  run copy-smoke 40 tests/gpu/suites/copy-smoke.yaml -- --no-skip 'op=h2d' --no-skip 'op=d2h' --no-skip 'op=d2d'
   # the quick form as nccl-tests users type it: its table printed, its run folder held to its rows
   cmd quick-nccl 60 python3 -m commbench nccl all_reduce -b 8 -e 1M -f 32 -n 20 -w 5 -g 1 --out "$R/quick-nccl"
   python3 tests/gpu/check_rows.py "$R/quick-nccl" --run-rc 0 >> "$S" 2>&1 || verdict quick-nccl-rows 1

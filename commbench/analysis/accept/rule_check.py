@@ -5,6 +5,7 @@ import math
 
 import pandas as pd
 
+from .copy_pairs import slow_pairs
 from .outcome import Verdict
 from .rules import Rule, metric_unit
 from commbench.analysis import rehearsal
@@ -97,6 +98,8 @@ def _evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
     if rule.op in (">=", "<="):
         passed = value >= rule.value if rule.op == ">=" else value <= rule.value
         reason = f"{value:.4g}{where} {'meets' if passed else 'misses'} {rule.op} {rule.value:g}"
+        if not passed:   # copy rows: every GPU pair (or GPU) that misses it, by name
+            reason += slow_pairs(ok, rule.metric, rule.op, rule.value)
         return Verdict(rule.name, "rule", passed, f"{value:.4g}", f"{rule.op} {rule.value:g}", reason)
     if baseline is None:
         return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
