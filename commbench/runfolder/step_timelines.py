@@ -5,8 +5,9 @@ Case and rank (docs/metrics.md, "Step timelines"), written by rank 0 and read by
 A file is ``{"case_id", "rank", "source", "steps": [[start_us, end_us], ...], "intervals":
 [{"kind", "stream", "start_us", "end_us", "name"[, "region"]}, ...]}``: times in microseconds from the
 start of the first timed step on that rank's clock; ``source`` is ``cupti`` (the GPU's records)
-or ``host`` (regions timed on the host); ``kind`` is ``comm``, ``copy`` or ``compute``; ``region`` (MoE layer rows) names the part and
-micro-batch whose host code launched the record ("dispatch.0").
+or ``host`` (regions timed on the host); ``kind`` is ``comm``, ``copy`` or ``compute``;
+``region`` (MoE layer rows) names the part and micro-batch whose host code launched the record
+("dispatch.0").
 Readers check the shape and refuse what does not hold it (RunFolderError naming the file).
 """
 from __future__ import annotations

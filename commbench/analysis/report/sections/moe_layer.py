@@ -10,7 +10,8 @@ TEXT = ("Per model and phase, a bar per all2all backend and overlap: the layer's
         "profiled batch's GPU timeline (the slowest rank's mean step): compute (the experts), "
         "exposed communication (dispatch or combine with no expert beside it) and idle time stack "
         "to the step; hatched: the communication hidden under the experts. dispatch_us, expert_us, "
-        "combine_us: the GPU time in each part. With two_batch, tbo_hidden_us is the communication of each micro-batch that "
+        "combine_us: the GPU time in each part. With two_batch, tbo_hidden_us is the communication "
+        "of each micro-batch that "
         "ran under the other's experts and tbo_gain_pct its share of all communication. layer_us is "
         "the unprofiled timed batch (step_us beside it shows the profiler's cost); overlap_gain = "
         "serial_us / layer_us. Only ok rows.")
