@@ -15,8 +15,9 @@
 # Groups:
 #   build     every kernel library in parallel (tests/gpu/prebuild.py), cached in $COMMBENCH_JIT_CACHE,
 #             and DeepEP from $TP/deepep-v1.2.1.tar.gz beside it (when the tarball is there)
-#   tests     the GPU tests (pytest tests/gpu/test_*_gpu.py, the shared-rank allreduce tests) and
-#             the moe test driver under mpirun with 2 ranks sharing the GPU
+#   tests     the GPU tests of nvshmem and the proxy, and the moe test driver under mpirun with 2
+#             ranks sharing the GPU (the allreduce family's own GPU tests, 70 s, are in tests-all: the
+#             default run keeps it through shared-allreduce and allreduce-smoke)
 #   shared    ranks sharing the GPU through `commbench run` (NCCL with one NCCL_HOSTID per rank):
 #             collectives and allreduce at 2 and 4 ranks, training and MoE at 4, the FSDP step's
 #             timeline split at 2, --profile nccl at
@@ -95,13 +96,13 @@ group_build() {
   }
 }
 group_tests() {
-  COMMBENCH_GPU_OUT="$OUT/allreduce-gpu" cmd pytest-allreduce 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_allreduce_gpu.py
   cmd pytest-nvshmem 90 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_nvshmem_gpu.py
   PROXY_GPU_OUT="$OUT/proxy_gpu.jsonl" cmd pytest-proxy 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_proxy_gpu.py
   cmd moe-np2 90 "${MPI[@]}" -np 2 python3 tests/gpu/test_moe_gpu.py "$OUT/moe_np2.jsonl"
 }
 group_tests_all() {
   group_tests
+  COMMBENCH_GPU_OUT="$OUT/allreduce-gpu" cmd pytest-allreduce 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_allreduce_gpu.py
   cmd pytest-collectives 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_collectives_gpu.py
   cmd pytest-moe 90 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_moe_gpu.py
   cmd pytest-training 120 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_training_gpu.py
