@@ -6,11 +6,13 @@
 // A Transport provides (all offsets are workspace byte offsets, identical on
 // every rank):
 //   uint64_t local()                                 this rank's workspace base
+//   void* mapped(pe, off)                            a pointer this GPU can store through, or null
 //   put_warp(pe, off, src, bytes, lane)              warp-wide put of `bytes` (multiple of 4)
 //   put_int(pe, off, value)                          one int, from one thread
 //   warp_flush(lane)                                 the warp's puts are complete at the target
 //   signal_set(pe, off, u64) / signal_add(pe, off, u64)   ordered after the block's puts
 // moe_ll.cu instantiates it over CUDA IPC peer pointers, moe_ll_nvshmem.cu over NVSHMEM.
+// The combine is in moe_ll_combine.cuh.
 //
 // Epochs live on the device (EpochCounter), so both kernels can be captured
 // into a CUDA graph and replayed with a fixed token budget (max_tokens).
@@ -73,54 +75,8 @@ ll_dispatch(Transport tr, Dims d, Layout lay, const int* topk_idx, const uint8_t
   epoch_end(epochs, epoch);
 }
 
-// Combine: send every expert output row back to its token's slot [token][k]
-// at the source, count per expert; then each warp waits for its token's
-// experts and reduces out[t] = sum_k w[t,k] * row[t,k].
-template <class Transport>
-__global__ void __launch_bounds__(kLLWarps * 32)
-ll_combine(Transport tr, Dims d, Layout lay, const int* topk_idx, const float* topk_w,
-           __nv_bfloat16* out, EpochCounter* epochs, int* err) {
-  const uint32_t epoch = epoch_begin(epochs);
-  const int R = d.num_ranks, L = d.local_experts, K = d.topk, H = d.hidden;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint64_t self = tr.local();
-
-  for (int j = blockIdx.x; j < L * R; j += gridDim.x) {
-    const int l = j / R, src = j % R;
-    const int n = at<int>(self, lay.ll_recv_count)[j];
-    const long long slot0 = (long long)j * d.max_tokens;
-    for (int i = warp; i < n; i += kLLWarps) {
-      const int tk = at<int>(self, lay.ll_recv_src)[slot0 + i];
-      tr.put_warp(src, lay.ll_comb_buf + (long long)tk * H * 2,
-                  at<__nv_bfloat16>(self, lay.ll_y) + (slot0 + i) * H, H * 2, lane);
-    }
-    tr.warp_flush(lane);
-    __syncthreads();
-    if (threadIdx.x == 0) tr.signal_add(src, lay.ll_comb_cnt + (d.rank * L + l) * 8, 1ull);
-  }
-
-  const uint64_t* cnt = at<uint64_t>(self, lay.ll_comb_cnt);
-  const __nv_bfloat16* buf = at<__nv_bfloat16>(self, lay.ll_comb_buf);
-  for (int t = blockIdx.x * kLLWarps + warp; t < d.num_tokens; t += gridDim.x * kLLWarps) {
-    if (lane < K) {
-      const int e = topk_idx[t * K + lane];
-      if (e >= 0) wait_count64(cnt + e, epoch, err);
-    }
-    __syncwarp();
-    for (int v = lane; v < H / 8; v += 32) {
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int k = 0; k < K; ++k) {
-        if (topk_idx[t * K + k] < 0) continue;
-        const int4* row = reinterpret_cast<const int4*>(buf + ((long long)t * K + k) * H);
-        fma_bf16x8(acc, row[v], topk_w[t * K + k]);
-      }
-      reinterpret_cast<int4*>(out + (long long)t * H)[v] = pack_bf16x8(acc);
-    }
-  }
-  epoch_end(epochs, epoch);
-}
-
-// Host-side launchers shared by both transports (return a cudaError_t as int).
+// Host-side launcher of the dispatch, shared by both transports (returns a cudaError_t as int);
+// the combine's is in moe_ll_combine.cuh.
 template <class Transport>
 int launch_ll_dispatch(Transport tr, const int* dims, const long long* offs, const int* topk_idx,
                        const void* x, const float* scales, void* epochs, int num_sms, int* err,
@@ -131,18 +87,6 @@ int launch_ll_dispatch(Transport tr, const int* dims, const long long* offs, con
     return int(cudaErrorInvalidValue);
   ll_dispatch<Transport><<<num_sms, kLLWarps * 32, smem, stream>>>(
       tr, d, layout_from(offs), topk_idx, static_cast<const uint8_t*>(x), scales,
-      static_cast<EpochCounter*>(epochs), err);
-  return int(cudaGetLastError());
-}
-
-template <class Transport>
-int launch_ll_combine(Transport tr, const int* dims, const long long* offs, const int* topk_idx,
-                      const float* topk_w, void* out, void* epochs, int num_sms, int* err,
-                      cudaStream_t stream) {
-  Dims d = dims_from(dims);
-  if (d.hidden % 8) return int(cudaErrorInvalidValue);
-  ll_combine<Transport><<<num_sms, kLLWarps * 32, 0, stream>>>(
-      tr, d, layout_from(offs), topk_idx, topk_w, static_cast<__nv_bfloat16*>(out),
       static_cast<EpochCounter*>(epochs), err);
   return int(cudaGetLastError());
 }

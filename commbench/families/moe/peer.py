@@ -10,6 +10,7 @@ runner does).
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
 
@@ -28,6 +29,19 @@ def _vp(t: torch.Tensor) -> ctypes.c_void_p:
 
 TRANSPORTS = ("ipc", "nvshmem")
 EPOCH_COUNTER_INTS = 2   # moe::EpochCounter: value, blocks_done
+# Organisations of the low-latency combine (moe::CombineVariant in kernels/moe_ll_combine.cuh),
+# chosen with COMMBENCH_MOE_LL_COMBINE for A/B measurements; "rows" is the default.
+COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_u4": 2, "rows_u16": 3, "rows_r1": 4,
+                    "rows_r4": 5}
+COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
+
+
+def combine_variant() -> str:
+    """The low-latency combine organisation this process uses (ValueError for an unknown name)."""
+    name = os.environ.get(COMBINE_VARIANT_VAR, "rows") or "rows"
+    if name not in COMBINE_VARIANTS:
+        raise ValueError(f"{COMBINE_VARIANT_VAR}={name!r}: expected one of {sorted(COMBINE_VARIANTS)}")
+    return name
 
 
 def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False) -> dict[str, int]:
@@ -43,7 +57,7 @@ def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False
     sizes = {"ll_cnt_in": 8 * L * R, "ll_recv_count": 4 * L * R, "ll_recv_src": 4 * slots,
              "ll_recv_x": slots * p.row_bytes, "ll_recv_scales": 4 * slots * p.num_scales,
              "ll_y": 2 * slots * H, "ll_comb_buf": 2 * max_tokens * K * H,
-             "ll_comb_cnt": 8 * p.experts}
+             "ll_comb_cnt": 8 * p.experts, "ll_comb_flag": 8 * max_tokens * K}
     if staged:
         sizes.update(ll_send_x=p.tokens * p.row_bytes, ll_send_scales=4 * p.tokens * p.num_scales)
     return sizes
@@ -151,6 +165,8 @@ class PeerState(CaseState):
             if self.mode == "ll":
                 self.ll_dispatch, self.ll_combine = self.lib.moe_ll_dispatch, self.lib.moe_ll_combine
         self.sms = ctypes.c_int(p.num_sms)
+        self.combine_variant = combine_variant()
+        self.variant = ctypes.c_int(COMBINE_VARIANTS[self.combine_variant])
         base = self.epochs.data_ptr()
         self.dispatch_epochs = ctypes.c_void_p(base)
         self.combine_epochs = ctypes.c_void_p(base + 4 * EPOCH_COUNTER_INTS)
@@ -183,7 +199,7 @@ class PeerState(CaseState):
                                                  _vp(self.rank_w), _vp(self.out), self.combine_epochs,
                                                  self.sms, _vp(self.err))
         return self.ll_combine, (*self.common, _vp(self.topk_idx), _vp(self.topk_w), _vp(self.out),
-                                 self.combine_epochs, self.sms, _vp(self.err))
+                                 self.combine_epochs, self.sms, self.variant, _vp(self.err))
 
     def dispatch(self) -> None:
         fn, args = self._dispatch_call()
