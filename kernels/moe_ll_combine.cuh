@@ -69,7 +69,9 @@ __device__ void combine_send_rows(const Transport& tr, const Dims& d, const Layo
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint64_t self = tr.local();
   const int* counts = at<int>(self, lay.ll_recv_count);
-  for (int i = threadIdx.x; i < E; i += blockDim.x) s_prefix[i + 1] = counts[i];
+  // a count is -1 after a timed-out dispatch (err is set): send nothing for it
+  for (int i = threadIdx.x; i < E; i += blockDim.x)
+    s_prefix[i + 1] = min(max(counts[i], 0), d.max_tokens);
   __syncthreads();
   if (warp == 0) {   // inclusive scan of s_prefix[1..E], 32 at a time
     int carry = 0;
