@@ -34,10 +34,15 @@ def kernel_us(run, iters: int) -> dict[str, float]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            run()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                run()
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - no profiler (CUPTI) here: the graph times remain
+        print(f"profiler failed: {type(exc).__name__}: {exc}", flush=True)
         torch.cuda.synchronize()
+        return {}
     out: dict[str, list[float]] = {"dispatch": [], "combine": []}
     for ev in prof.events():
         if ev.device_type != DeviceType.CUDA or "clean" in ev.name:
