@@ -164,25 +164,30 @@ def main() -> int:
 
     info = machine()
     path = args.records or Path(tempfile.mkdtemp()) / "records.jsonl"
-    failures = []
-    common = ["--jsonl", str(path), "--iters", str(args.iters)]
-    rc = spawn(["--worker", "ours", "--shapes", ",".join(shapes), "--variants", ",".join(variants),
-                *common], args.timeout)
-    failures += [f"ours at 1 rank: exit {rc}"] if rc else []
-    if not args.no_deepep:
-        rc = spawn(["--worker", "deepep", "--shapes", ",".join(shapes), *common], args.timeout)
-        failures += [f"DeepEP at 1 rank: exit {rc}"] if rc else []
-    for n in [int(r) for r in args.ranks.split(",") if r]:
-        rc = spawn(["--worker", "ours", "--check-only", "--shapes", args.check_shapes, *common],
-                   args.timeout, ranks=n)
-        failures += [f"ours at {n} ranks sharing the GPU: exit {rc}"] if rc else []
-    text = report(load(path), info, failures)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 1 if failures else 0
+    failures: list[str] = []
 
+    def write() -> str:   # after every worker, so a run cut short keeps what it measured
+        text = report(load(path), info, failures)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text + "\n")
+        return text
+
+    common = ["--jsonl", str(path), "--iters", str(args.iters)]
+    jobs = [("ours at 1 rank", ["--worker", "ours", "--shapes", ",".join(shapes),
+                                "--variants", ",".join(variants), *common], 0)]
+    if not args.no_deepep:
+        jobs.append(("DeepEP at 1 rank", ["--worker", "deepep", "--shapes", ",".join(shapes), *common], 0))
+    for n in [int(r) for r in args.ranks.split(",") if r]:
+        jobs.append((f"ours at {n} ranks sharing the GPU",
+                     ["--worker", "ours", "--check-only", "--shapes", args.check_shapes, *common], n))
+    for what, argv, ranks in jobs:
+        rc = spawn(argv, args.timeout, ranks=ranks)
+        if rc:
+            failures.append(f"{what}: exit {rc}")
+        write()
+    print(write())
+    return 1 if failures else 0
 
 if __name__ == "__main__":
     sys.exit(main())
