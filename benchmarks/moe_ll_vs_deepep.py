@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,11 +52,13 @@ def spawn(argv: list[str], timeout_s: int, ranks: int = 0) -> int:
         fwd = [a for k in FORWARD_ENV if k in os.environ for a in ("-x", k)]
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), *fwd, *cmd]
     print("$", " ".join(cmd), flush=True)
+    t0 = time.monotonic()
     try:
-        return subprocess.run(cmd, timeout=timeout_s).returncode
+        rc = subprocess.run(cmd, timeout=timeout_s).returncode
     except subprocess.TimeoutExpired:
-        print(f"timed out after {timeout_s} s", flush=True)
-        return 124
+        rc = 124
+    print(f"exit {rc} after {time.monotonic() - t0:.0f} s (limit {timeout_s} s)", flush=True)
+    return rc
 
 
 def load(path: Path) -> list[dict]:
