@@ -97,10 +97,37 @@ def test_low_latency_workspace_by_hand():
     slots = 4 * 2 * 100
     assert sizes["ll_recv_x"] == slots * 256 and sizes["ll_recv_scales"] == slots * 2 * 4
     assert sizes["ll_y"] == slots * 256 * 2 and sizes["ll_comb_buf"] == 100 * 4 * 256 * 2
-    assert sizes["ll_comb_cnt"] == 8 * 8            # one u64 signal per expert
+    assert sizes["ll_comb_cnt"] == 8 * 8            # one u64 signal per expert (per_expert combine)
+    assert sizes["ll_comb_flag"] == 8 * 100 * 4      # one u64 flag per returned row [token][k]
     assert "ll_send_x" not in sizes                  # CUDA IPC puts read the input in place
     staged = workspace_sizes(p, "ll", max_tokens=100, staged=True)
     assert staged["ll_send_x"] == 64 * 256 and staged["ll_send_scales"] == 64 * 2 * 4
+
+
+def test_combine_variant_from_the_environment(monkeypatch):
+    from commbench.families.moe import peer
+
+    monkeypatch.delenv(peer.COMBINE_VARIANT_VAR, raising=False)
+    assert peer.combine_variant() == "rows"
+    monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "per_expert")
+    assert peer.COMBINE_VARIANTS[peer.combine_variant()] == 1
+    monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "fastest")
+    with pytest.raises(ValueError, match="per_expert"):
+        peer.combine_variant()
+
+
+def test_combine_variants_match_the_kernel_enum():
+    import re
+
+    from commbench import jit
+    from commbench.families.moe import peer
+
+    text = (jit.kernels_dir() / "moe_ll_combine.cuh").read_text()
+    body = re.search(r"enum CombineVariant \{(.*?)\};", text, re.S).group(1)
+    enum = {m.group(1): int(m.group(2)) for m in re.finditer(r"kCombine(\w+) = (\d+)", body)}
+    camel = {"Rows": "rows", "PerExpert": "per_expert", "RowsU4": "rows_u4", "RowsU16": "rows_u16",
+             "RowsR1": "rows_r1", "RowsR4": "rows_r4"}
+    assert {camel[k]: v for k, v in enum.items()} == peer.COMBINE_VARIANTS
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
