@@ -20,7 +20,8 @@
 namespace moe {
 
 enum CombineVariant { kCombineRows = 0, kCombinePerExpert = 1, kCombineRowsU4 = 2,
-                      kCombineRowsU16 = 3, kCombineRowsR1 = 4, kCombineRowsR4 = 5 };
+                      kCombineRowsU16 = 3, kCombineRowsR1 = 4, kCombineRowsR4 = 5,
+                      kCombineRowsRelease = 6 };
 
 // 16-byte load of data no one writes during the kernel (the expert outputs): no L1 allocation.
 __device__ __forceinline__ int4 ld_nc_int4(const int4* p) {
@@ -61,8 +62,10 @@ __device__ __forceinline__ void put_row(const Transport& tr, int pe, long long o
 
 // Flat send: the rows of every (local expert, source) segment, numbered through a prefix sum
 // of the counts; warp w of the grid takes rows w, w + warps, ... (blocks interleaved, so
-// consecutive rows land on different SMs).
-template <class Transport, int kUnroll>
+// consecutive rows land on different SMs). kRelease: a flag this GPU can store to is released
+// with one st.release.sys after the warp's barrier (its stores are ordered before it), without
+// the transport's full fence.
+template <class Transport, int kUnroll, bool kRelease>
 __device__ void combine_send_rows(const Transport& tr, const Dims& d, const Layout& lay,
                                   uint32_t epoch, int* s_prefix) {
   const int E = d.local_experts * d.num_ranks, H = d.hidden;
@@ -102,9 +105,16 @@ __device__ void combine_send_rows(const Transport& tr, const Dims& d, const Layo
     const int src = lo % d.num_ranks, tk = recv_src[slot];
     put_row<Transport, kUnroll>(tr, src, lay.ll_comb_buf + (long long)tk * H * 2, y + slot * H, H,
                                 lane);
-    tr.warp_flush(lane);
-    __syncwarp();
-    if (lane == 0) tr.signal_set(src, lay.ll_comb_flag + (long long)tk * 8, epoch);
+    const long long flag = lay.ll_comb_flag + (long long)tk * 8;
+    uint64_t* direct = kRelease ? static_cast<uint64_t*>(tr.mapped(src, flag)) : nullptr;
+    if (direct) {
+      __syncwarp();
+      if (lane == 0) st_release_u64(direct, epoch);
+    } else {
+      tr.warp_flush(lane);
+      __syncwarp();
+      if (lane == 0) tr.signal_set(src, flag, epoch);
+    }
   }
 }
 
@@ -164,13 +174,13 @@ __device__ void combine_reduce_chunks(const Dims& d, uint64_t self, const Layout
   }
 }
 
-template <class Transport, int kUnroll, int kVecs>
+template <class Transport, int kUnroll, int kVecs, bool kRelease = false>
 __global__ void __launch_bounds__(kLLWarps * 32)
 ll_combine_rows(Transport tr, Dims d, Layout lay, const int* topk_idx, const float* topk_w,
                 __nv_bfloat16* out, EpochCounter* epochs, int* err) {
   const uint32_t epoch = epoch_begin(epochs);
   extern __shared__ int s_prefix[];
-  combine_send_rows<Transport, kUnroll>(tr, d, lay, epoch, s_prefix);
+  combine_send_rows<Transport, kUnroll, kRelease>(tr, d, lay, epoch, s_prefix);
   combine_reduce_chunks<kVecs>(d, tr.local(), lay, topk_idx, topk_w, out, epoch, err);
   epoch_end(epochs, epoch);
 }
@@ -251,6 +261,9 @@ int launch_ll_combine(Transport tr, const int* dims, const long long* offs, cons
       break;
     case kCombineRowsR4:
       ll_combine_rows<Transport, 8, 4><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
+      break;
+    case kCombineRowsRelease:
+      ll_combine_rows<Transport, 8, 2, true><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
       break;
     default:
       return int(cudaErrorInvalidValue);

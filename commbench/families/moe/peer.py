@@ -32,7 +32,7 @@ EPOCH_COUNTER_INTS = 2   # moe::EpochCounter: value, blocks_done
 # Organisations of the low-latency combine (moe::CombineVariant in kernels/moe_ll_combine.cuh),
 # chosen with COMMBENCH_MOE_LL_COMBINE for A/B measurements; "rows" is the default.
 COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_u4": 2, "rows_u16": 3, "rows_r1": 4,
-                    "rows_r4": 5}
+                    "rows_r4": 5, "rows_release": 6}
 COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
 
 
