@@ -115,15 +115,18 @@ def run_ours(ctx, shapes, variants, out_path: str, iters: int, check_only: bool)
 
 def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_only, peer, check, kw):
     """One PeerState: the per-expert variant first (its counters follow the combine epochs only
-    while it alone has run), then the others, the default last; then the check."""
-    order = sorted(variants, key=lambda v: v != "per_expert") + ["rows"]
+    while it alone has run), then the others and the default's halves alone, the default last;
+    then the check (on the default)."""
+    order = sorted(variants, key=lambda v: v != "per_expert")
+    order += list(peer.COMBINE_PARTS) if variants else []   # the default's halves alone
+    order.append("rows")
     st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, TOKENS, **kw)
     impl = "ipc_ll" if transport == "ipc" else "nvshmem_ll"
     bad = 0
     try:
         with torch.cuda.device(st.device), torch.cuda.stream(st.stream):
             for name in ([] if check_only else order):
-                st.variant.value = peer.COMBINE_VARIANTS[name]
+                st.variant.value = {**peer.COMBINE_VARIANTS, **peer.COMBINE_PARTS}[name]
                 for _ in range(5):
                     st.run()
                 rec = kernel_us(st.run, iters)

@@ -21,7 +21,11 @@ namespace moe {
 
 enum CombineVariant { kCombineRows = 0, kCombinePerExpert = 1, kCombineRowsU4 = 2,
                       kCombineRowsU16 = 3, kCombineRowsR1 = 4, kCombineRowsR4 = 5,
-                      kCombineRowsRelease = 6 };
+                      kCombineRowsRelease = 6,
+                      // timing breakdown only, the output is incomplete: the send half alone,
+                      // the reduction alone (no waits, over whatever the buffers hold)
+                      kCombineSendOnly = 7, kCombineReduceOnly = 8 };
+enum CombinePhases { kSendAndReduce = 0, kSendOnly = 1, kReduceOnly = 2 };
 
 // 16-byte load of data no one writes during the kernel (the expert outputs): no L1 allocation.
 __device__ __forceinline__ int4 ld_nc_int4(const int4* p) {
@@ -121,7 +125,7 @@ __device__ void combine_send_rows(const Transport& tr, const Dims& d, const Layo
 // Receive: one warp per (token, chunk of 32 x kVecs int4); lanes < K wait for the flags of
 // the token's choices, then every lane loads its kVecs int4 of kBatch choices at once
 // (16 int4 in flight per lane).
-template <int kVecs>
+template <int kVecs, bool kWait>
 __device__ void combine_reduce_chunks(const Dims& d, uint64_t self, const Layout& lay,
                                       const int* topk_idx, const float* topk_w,
                                       __nv_bfloat16* out, uint32_t epoch, int* err) {
@@ -139,7 +143,7 @@ __device__ void combine_reduce_chunks(const Dims& d, uint64_t self, const Layout
     if (lane < K) {
       e = topk_idx[t * K + lane];
       w = topk_w[t * K + lane];
-      if (e >= 0) wait_count64(flags + (long long)t * K + lane, epoch, err);
+      if (kWait && e >= 0) wait_count64(flags + (long long)t * K + lane, epoch, err);
     }
     __syncwarp();
     float acc[kVecs][8];
@@ -174,14 +178,16 @@ __device__ void combine_reduce_chunks(const Dims& d, uint64_t self, const Layout
   }
 }
 
-template <class Transport, int kUnroll, int kVecs, bool kRelease = false>
+template <class Transport, int kUnroll, int kVecs, bool kRelease = false, int kPhases = kSendAndReduce>
 __global__ void __launch_bounds__(kLLWarps * 32)
 ll_combine_rows(Transport tr, Dims d, Layout lay, const int* topk_idx, const float* topk_w,
                 __nv_bfloat16* out, EpochCounter* epochs, int* err) {
   const uint32_t epoch = epoch_begin(epochs);
   extern __shared__ int s_prefix[];
-  combine_send_rows<Transport, kUnroll, kRelease>(tr, d, lay, epoch, s_prefix);
-  combine_reduce_chunks<kVecs>(d, tr.local(), lay, topk_idx, topk_w, out, epoch, err);
+  if (kPhases != kReduceOnly) combine_send_rows<Transport, kUnroll, kRelease>(tr, d, lay, epoch, s_prefix);
+  if (kPhases != kSendOnly)
+    combine_reduce_chunks<kVecs, kPhases == kSendAndReduce>(d, tr.local(), lay, topk_idx, topk_w, out,
+                                                            epoch, err);
   epoch_end(epochs, epoch);
 }
 
@@ -264,6 +270,12 @@ int launch_ll_combine(Transport tr, const int* dims, const long long* offs, cons
       break;
     case kCombineRowsRelease:
       ll_combine_rows<Transport, 8, 2, true><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
+      break;
+    case kCombineSendOnly:
+      ll_combine_rows<Transport, 8, 2, false, kSendOnly><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
+      break;
+    case kCombineReduceOnly:
+      ll_combine_rows<Transport, 8, 2, false, kReduceOnly><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
       break;
     default:
       return int(cudaErrorInvalidValue);

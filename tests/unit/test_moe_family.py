@@ -126,8 +126,10 @@ def test_combine_variants_match_the_kernel_enum():
     body = re.search(r"enum CombineVariant \{(.*?)\};", text, re.S).group(1)
     enum = {m.group(1): int(m.group(2)) for m in re.finditer(r"kCombine(\w+) = (\d+)", body)}
     camel = {"Rows": "rows", "PerExpert": "per_expert", "RowsU4": "rows_u4", "RowsU16": "rows_u16",
-             "RowsR1": "rows_r1", "RowsR4": "rows_r4", "RowsRelease": "rows_release"}
-    assert {camel[k]: v for k, v in enum.items()} == peer.COMBINE_VARIANTS
+             "RowsR1": "rows_r1", "RowsR4": "rows_r4", "RowsRelease": "rows_release",
+             "SendOnly": "send_only", "ReduceOnly": "reduce_only"}
+    assert {camel[k]: v for k, v in enum.items()} == {**peer.COMBINE_VARIANTS, **peer.COMBINE_PARTS}
+    assert not set(peer.COMBINE_PARTS) & set(peer.COMBINE_VARIANTS)   # never from the environment
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

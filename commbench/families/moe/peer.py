@@ -34,6 +34,9 @@ EPOCH_COUNTER_INTS = 2   # moe::EpochCounter: value, blocks_done
 COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_u4": 2, "rows_u16": 3, "rows_r1": 4,
                     "rows_r4": 5, "rows_release": 6}
 COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
+# The default's two halves alone (timing breakdowns only: the output is incomplete), never
+# taken from the environment.
+COMBINE_PARTS = {"send_only": 7, "reduce_only": 8}
 
 
 def combine_variant() -> str:
