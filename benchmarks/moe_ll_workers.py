@@ -136,7 +136,13 @@ def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_onl
                 _emit_rank0(ctx, out_path, {"impl": impl, "variant": name, "shape": shape,
                                             "dtype": p.dtype, "ranks": p.ranks, **rec})
             st.variant.value = peer.COMBINE_VARIANTS["rows"]
-        wrong = check(st)
+        try:
+            wrong = check(st)
+        except Exception as exc:   # a timed-out wait: record it, then stop (the next would wait too)
+            _emit_rank0(ctx, out_path, {"impl": impl, "variant": "rows", "shape": shape,
+                                        "dtype": p.dtype, "ranks": p.ranks, "check": True,
+                                        "wrong": None, "error": f"{type(exc).__name__}: {exc}"[:300]})
+            raise
         wrongs = ctx.world.allgather(int(wrong))
         bad += any(wrongs)
         _emit_rank0(ctx, out_path, {"impl": impl, "variant": "rows", "shape": shape, "dtype": p.dtype,
