@@ -40,7 +40,7 @@ def _sh(cmd: list[str]) -> str:
 
 def machine() -> dict:
     gpu = _sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-    commit = _sh(["git", "rev-parse", "--short", "HEAD"]) or os.environ.get("COMMBENCH_COMMIT", "unknown")
+    commit = os.environ.get("COMMBENCH_COMMIT") or _sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
     return {"gpu": gpu.splitlines()[0] if gpu else "unknown", "gpus": len(gpu.splitlines()),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit}
 
@@ -80,7 +80,7 @@ def speed_table(recs: list[dict], key: str) -> list[str]:
     def find(impl, shape, dtype):
         for r in recs:
             if (r["impl"], r["shape"], r["dtype"], r["ranks"]) == (impl, shape, dtype, 1) and \
-                    not r.get("check") and r["variant"] in ("rows", "v1.2.1"):
+                    not r.get("check") and r["variant"] in ("default", "v1.2.1"):
                 return r
         return {}
 
@@ -102,19 +102,19 @@ def speed_table(recs: list[dict], key: str) -> list[str]:
 
 
 def variant_table(recs: list[dict]) -> list[str]:
-    rows = [r for r in recs if r["impl"] == "ipc_ll" and r["ranks"] == 1 and not r.get("check")
-            and r["dtype"] == "bfloat16"]
+    """ipc_ll's kernel times (dispatch / combine) per variant, shape and dtype."""
+    rows = [r for r in recs if r["impl"] == "ipc_ll" and r["ranks"] == 1 and not r.get("check")]
     names = list(dict.fromkeys(r["variant"] for r in rows))
     if len(names) < 2:
         return []
-    lines = ["| shape | " + " | ".join(f"{n} kernel / graph us" for n in names) + " |",
-             "|" + " --- |" * (len(names) + 1)]
+    lines = ["| shape | dispatch dtype | " + " | ".join(names) + " |", "|" + " --- |" * (len(names) + 2)]
     for shape in workers.SHAPES:
-        got = {r["variant"]: r for r in rows if r["shape"] == shape}
-        if got:
-            lines.append(f"| {shape} | " + " | ".join(
-                f"{_f(got.get(n, {}).get('combine_kernel_us'))} / "
-                f"{_f(got.get(n, {}).get('combine_graph_us'))}" for n in names) + " |")
+        for dtype in workers.DTYPES:
+            got = {r["variant"]: r for r in rows if (r["shape"], r["dtype"]) == (shape, dtype)}
+            if got:
+                lines.append(f"| {shape} | {dtype} | " + " | ".join(
+                    f"{_f(got.get(n, {}).get('dispatch_kernel_us'))} / "
+                    f"{_f(got.get(n, {}).get('combine_kernel_us'))}" for n in names) + " |")
     return lines
 
 
@@ -139,7 +139,9 @@ def report(recs: list[dict], info: dict, failures: list[str]) -> str:
            *speed_table(recs, "graph_us"), ""]
     var = variant_table(recs)
     if var:
-        out += ["## Combine organisations (ipc_ll, BF16; COMMBENCH_MOE_LL_COMBINE)", "", *var, ""]
+        out += ["## Variants (ipc_ll kernel time, dispatch / combine; COMMBENCH_MOE_LL_DISPATCH, "
+                "COMMBENCH_MOE_LL_COMBINE; send_only and reduce_only: the default combine's halves "
+                "alone)", "", *var, ""]
     out += ["## Correctness", "", *check_table(recs), ""]
     if failures:
         out += ["## Failures", "", *[f"- {f}" for f in failures], ""]
@@ -152,7 +154,8 @@ def main() -> int:
     ap.add_argument("--jsonl", help=argparse.SUPPRESS)
     ap.add_argument("--check-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shapes", default=",".join(workers.SHAPES))
-    ap.add_argument("--variants", default="", help="more combine organisations to time (ipc_ll BF16)")
+    ap.add_argument("--variants", default="", help="more dispatch or combine variants to time (ipc_ll), "
+                    "e.g. plain,per_expert,rows_fenced")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--ranks", default="2,4", help="rank counts sharing the GPU for the check ('' = none)")
     ap.add_argument("--check-shapes", default="deepseek-v3,mixtral-8x7b")

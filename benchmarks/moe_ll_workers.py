@@ -107,45 +107,47 @@ def run_ours(ctx, shapes, variants, out_path: str, iters: int, check_only: bool)
                 prm = params(shape, torch.cuda.get_device_properties(ctx.device).multi_processor_count)
                 p = make_problem(TOKENS * prm["hidden"] * 2, prm, world.rank, world.size, dtype)
                 kw = {"transport": "nvshmem", "handle": handle} if transport == "nvshmem" else {}
-                extra = variants if (transport == "ipc" and dtype == "bfloat16") else []
+                extra = variants if transport == "ipc" else []
                 bad += _measure_ours(ctx, p, shape, transport, extra, out_path, iters, check_only,
                                      peer, check, kw)
     return bad
 
 
 def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_only, peer, check, kw):
-    """One PeerState: the per-expert variant first (its counters follow the combine epochs only
-    while it alone has run), then the others and the default's halves alone, the default last;
-    then the check (on the default)."""
+    """One PeerState: the per-expert combine first (its counters follow the combine epochs only
+    while it alone has run), then the other variants (combine or dispatch) and the default
+    combine's halves alone, the defaults last; then the check (on the defaults)."""
     order = sorted(variants, key=lambda v: v != "per_expert")
     order += list(peer.COMBINE_PARTS) if variants else []   # the default's halves alone
-    order.append("rows")
+    order.append("default")
+    combine = {**peer.COMBINE_VARIANTS, **peer.COMBINE_PARTS}
     st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, TOKENS, **kw)
     impl = "ipc_ll" if transport == "ipc" else "nvshmem_ll"
     bad = 0
     try:
         with torch.cuda.device(st.device), torch.cuda.stream(st.stream):
             for name in ([] if check_only else order):
-                st.variant.value = {**peer.COMBINE_VARIANTS, **peer.COMBINE_PARTS}[name]
+                st.variant.value = combine.get(name, 0)
+                st.dispatch_variant.value = peer.DISPATCH_VARIANTS.get(name, 0)
                 for _ in range(5):
                     st.run()
                 rec = kernel_us(st.run, iters)
-                if name == "rows":
+                if name in ("default", *peer.DISPATCH_VARIANTS):
                     rec["dispatch_graph_us"] = graph_us(st.dispatch, iters)
                 rec["combine_graph_us"] = graph_us(st.combine, iters)
                 _emit_rank0(ctx, out_path, {"impl": impl, "variant": name, "shape": shape,
                                             "dtype": p.dtype, "ranks": p.ranks, **rec})
-            st.variant.value = peer.COMBINE_VARIANTS["rows"]
+            st.variant.value, st.dispatch_variant.value = 0, 0
         try:
             wrong = check(st)
         except Exception as exc:   # a timed-out wait: record it, then stop (the next would wait too)
-            _emit_rank0(ctx, out_path, {"impl": impl, "variant": "rows", "shape": shape,
+            _emit_rank0(ctx, out_path, {"impl": impl, "variant": "default", "shape": shape,
                                         "dtype": p.dtype, "ranks": p.ranks, "check": True,
                                         "wrong": None, "error": f"{type(exc).__name__}: {exc}"[:300]})
             raise
         wrongs = ctx.world.allgather(int(wrong))
         bad += any(wrongs)
-        _emit_rank0(ctx, out_path, {"impl": impl, "variant": "rows", "shape": shape, "dtype": p.dtype,
+        _emit_rank0(ctx, out_path, {"impl": impl, "variant": "default", "shape": shape, "dtype": p.dtype,
                                     "ranks": p.ranks, "check": True, "wrong": sum(wrongs),
                                     "calc_diff": st.extra.get("calc_diff")})
     finally:
@@ -188,17 +190,19 @@ def run_deepep(ctx, shapes, out_path: str, iters: int) -> int:
                         x, topk_idx, TOKENS, p.experts, use_fp8=p.fp8)
                     state["recv"] = recv
 
+                def identity_experts():   # the received rows (DeepEP's slot order varies per dispatch)
+                    recv = state["recv"]
+                    if p.fp8:
+                        rows = ref.dequantize_fp8(recv[0].view(-1, p.hidden), _scales_rows(recv[1], p))
+                        state["y"] = rows.to(torch.bfloat16).view(recv[0].shape)
+                    else:
+                        state["y"] = recv.clone()
+
                 dispatch()
-                torch.cuda.synchronize()
-                recv = state["recv"]
-                if p.fp8:   # identity experts: the received rows, dequantised
-                    rows = ref.dequantize_fp8(recv[0].view(-1, p.hidden), _scales_rows(recv[1], p))
-                    y = rows.to(torch.bfloat16).view(recv[0].shape)
-                else:
-                    y = recv.clone()
+                identity_experts()
 
                 def combine():
-                    buf.low_latency_combine(y, topk_idx, topk_w, state["handle"], out=out)
+                    buf.low_latency_combine(state["y"], topk_idx, topk_w, state["handle"], out=out)
 
                 def pair():
                     dispatch()
@@ -209,7 +213,9 @@ def run_deepep(ctx, shapes, out_path: str, iters: int) -> int:
                 rec = kernel_us(pair, iters)
                 rec["dispatch_graph_us"] = graph_us(dispatch, iters)
                 rec["combine_graph_us"] = graph_us(combine, iters)
-                pair()
+                dispatch()
+                identity_experts()
+                combine()
                 torch.cuda.synchronize()
                 expected = x.float() * topk_w.sum(1, keepdim=True)
                 diff = ref.calc_diff(out.float(), expected)

@@ -30,9 +30,10 @@ struct IpcTransport {
 
 extern "C" int moe_ll_dispatch(const uint64_t* peers, const int* dims, const long long* offs,
                                const int* topk_idx, const void* x, const float* scales,
-                               void* epochs, int num_sms, int* err, cudaStream_t stream) {
+                               void* epochs, int num_sms, int variant, int* err,
+                               cudaStream_t stream) {
   return launch_ll_dispatch(IpcTransport{peers, dims[0]}, dims, offs, topk_idx, x, scales, epochs,
-                            num_sms, err, stream);
+                            num_sms, variant, err, stream);
 }
 
 extern "C" int moe_ll_combine(const uint64_t* peers, const int* dims, const long long* offs,

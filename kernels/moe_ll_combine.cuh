@@ -6,11 +6,13 @@
 // Two organisations, selected per launch (variant):
 //  - kCombineRows (default): the work is the rows actually received. Every warp of the grid
 //    takes rows of a flat list (a prefix sum over the per-(expert, source) counts, made in
-//    shared memory by every block), copies each with many 16-byte loads in flight, and releases
-//    one flag per returned row, ll_comb_flag[token][k] = epoch. The receive side splits
-//    every token into chunks of the hidden dimension, one warp per (token, chunk): the warp
-//    waits for the token's top-k flags and reduces its chunk. Cost: proportional to
-//    tokens x top-k x hidden, spread over every warp, no per-expert step.
+//    shared memory by every block), copies each with eight 16-byte loads per lane in flight,
+//    and releases one flag per returned row, ll_comb_flag[token][k] = epoch (st.release.sys
+//    after the warp's barrier where this GPU can store to the flag; kCombineRowsFenced uses
+//    the transport's fence and signal instead). The receive side splits every token into
+//    chunks of 512 channels, one warp per (token, chunk): the warp waits for the token's
+//    top-k flags and reduces its chunk. Cost: proportional to tokens x top-k x hidden, spread
+//    over every warp, no per-expert step.
 //  - kCombinePerExpert: the earlier organisation, kept for comparison: one block per
 //    (expert, source) in turn, a count per expert, one warp per token for the reduction.
 //    Its time grows with the experts per block and with the latency of a warp's row copy.
@@ -19,57 +21,20 @@
 
 namespace moe {
 
-enum CombineVariant { kCombineRows = 0, kCombinePerExpert = 1, kCombineRowsU4 = 2,
-                      kCombineRowsU16 = 3, kCombineRowsR1 = 4, kCombineRowsR4 = 5,
-                      kCombineRowsRelease = 6,
+enum CombineVariant { kCombineRows = 0, kCombinePerExpert = 1, kCombineRowsFenced = 2,
                       // timing breakdown only, the output is incomplete: the send half alone,
                       // the reduction alone (no waits, over whatever the buffers hold)
-                      kCombineSendOnly = 7, kCombineReduceOnly = 8 };
+                      kCombineSendOnly = 3, kCombineReduceOnly = 4 };
+constexpr int kSendUnroll = 8;   // int4 loads per lane in flight when sending a row
+constexpr int kReduceVecs = 2;   // int4 per lane per summing warp: 512 channels
 enum CombinePhases { kSendAndReduce = 0, kSendOnly = 1, kReduceOnly = 2 };
-
-// 16-byte load of data no one writes during the kernel (the expert outputs): no L1 allocation.
-__device__ __forceinline__ int4 ld_nc_int4(const int4* p) {
-  int4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-// One warp copies `n` int4 with kUnroll loads per lane in flight before their stores.
-template <int kUnroll>
-__device__ __forceinline__ void warp_copy_unrolled(int4* dst, const int4* src, int n, int lane) {
-  for (int base = 0; base < n; base += 32 * kUnroll) {
-    int4 v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      if (i < n) v[u] = ld_nc_int4(src + i);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * 32 + lane;
-      if (i < n) dst[i] = v[u];
-    }
-  }
-}
-
-// A transport that can store straight into the destination (peer pointer, or a peer NVSHMEM
-// maps) gets the unrolled copy; otherwise its own warp put (RDMA).
-template <class Transport, int kUnroll>
-__device__ __forceinline__ void put_row(const Transport& tr, int pe, long long off,
-                                        const __nv_bfloat16* src, int hidden, int lane) {
-  if (int4* dst = reinterpret_cast<int4*>(tr.mapped(pe, off)))
-    warp_copy_unrolled<kUnroll>(dst, reinterpret_cast<const int4*>(src), hidden / 8, lane);
-  else
-    tr.put_warp(pe, off, src, hidden * 2, lane);
-}
 
 // Flat send: the rows of every (local expert, source) segment, numbered through a prefix sum
 // of the counts; warp w of the grid takes rows w, w + warps, ... (blocks interleaved, so
 // consecutive rows land on different SMs). kRelease: a flag this GPU can store to is released
 // with one st.release.sys after the warp's barrier (its stores are ordered before it), without
 // the transport's full fence.
-template <class Transport, int kUnroll, bool kRelease>
+template <class Transport, bool kRelease>
 __device__ void combine_send_rows(const Transport& tr, const Dims& d, const Layout& lay,
                                   uint32_t epoch, int* s_prefix) {
   const int E = d.local_experts * d.num_ranks, H = d.hidden;
@@ -107,8 +72,8 @@ __device__ void combine_send_rows(const Transport& tr, const Dims& d, const Layo
     }
     const long long slot = (long long)lo * d.max_tokens + (r - s_prefix[lo]);
     const int src = lo % d.num_ranks, tk = recv_src[slot];
-    put_row<Transport, kUnroll>(tr, src, lay.ll_comb_buf + (long long)tk * H * 2, y + slot * H, H,
-                                lane);
+    put_row<Transport, kSendUnroll>(tr, src, lay.ll_comb_buf + (long long)tk * H * 2, y + slot * H,
+                                H * 2, lane);
     const long long flag = lay.ll_comb_flag + (long long)tk * 8;
     uint64_t* direct = kRelease ? static_cast<uint64_t*>(tr.mapped(src, flag)) : nullptr;
     if (direct) {
@@ -125,12 +90,13 @@ __device__ void combine_send_rows(const Transport& tr, const Dims& d, const Layo
 // Receive: one warp per (token, chunk of 32 x kVecs int4); lanes < K wait for the flags of
 // the token's choices, then every lane loads its kVecs int4 of kBatch choices at once
 // (16 int4 in flight per lane).
-template <int kVecs, bool kWait>
+template <bool kWait>
 __device__ void combine_reduce_chunks(const Dims& d, uint64_t self, const Layout& lay,
                                       const int* topk_idx, const float* topk_w,
                                       __nv_bfloat16* out, uint32_t epoch, int* err) {
   const int K = d.topk, H8 = d.hidden / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kVecs = kReduceVecs;
   const int chunk = 32 * kVecs, nchunks = (H8 + chunk - 1) / chunk;
   const int warps = gridDim.x * (blockDim.x / 32);
   constexpr int kBatch = kVecs >= 4 ? 4 : 8;
@@ -178,16 +144,16 @@ __device__ void combine_reduce_chunks(const Dims& d, uint64_t self, const Layout
   }
 }
 
-template <class Transport, int kUnroll, int kVecs, bool kRelease = false, int kPhases = kSendAndReduce>
+template <class Transport, bool kRelease, int kPhases = kSendAndReduce>
 __global__ void __launch_bounds__(kLLWarps * 32)
 ll_combine_rows(Transport tr, Dims d, Layout lay, const int* topk_idx, const float* topk_w,
                 __nv_bfloat16* out, EpochCounter* epochs, int* err) {
   const uint32_t epoch = epoch_begin(epochs);
   extern __shared__ int s_prefix[];
-  if (kPhases != kReduceOnly) combine_send_rows<Transport, kUnroll, kRelease>(tr, d, lay, epoch, s_prefix);
+  if (kPhases != kReduceOnly) combine_send_rows<Transport, kRelease>(tr, d, lay, epoch, s_prefix);
   if (kPhases != kSendOnly)
-    combine_reduce_chunks<kVecs, kPhases == kSendAndReduce>(d, tr.local(), lay, topk_idx, topk_w, out,
-                                                            epoch, err);
+    combine_reduce_chunks<kPhases == kSendAndReduce>(d, tr.local(), lay, topk_idx, topk_w, out,
+                                                     epoch, err);
   epoch_end(epochs, epoch);
 }
 
@@ -251,31 +217,19 @@ int launch_ll_combine(Transport tr, const int* dims, const long long* offs, cons
   const dim3 grid(num_sms), block(kLLWarps * 32);
   switch (variant) {
     case kCombineRows:
-      ll_combine_rows<Transport, 8, 2><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
+      ll_combine_rows<Transport, true><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
       break;
     case kCombinePerExpert:
       ll_combine_per_expert<Transport><<<grid, block, 0, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
       break;
-    case kCombineRowsU4:
-      ll_combine_rows<Transport, 4, 2><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
-      break;
-    case kCombineRowsU16:
-      ll_combine_rows<Transport, 16, 2><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
-      break;
-    case kCombineRowsR1:
-      ll_combine_rows<Transport, 8, 1><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
-      break;
-    case kCombineRowsR4:
-      ll_combine_rows<Transport, 8, 4><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
-      break;
-    case kCombineRowsRelease:
-      ll_combine_rows<Transport, 8, 2, true><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
+    case kCombineRowsFenced:
+      ll_combine_rows<Transport, false><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
       break;
     case kCombineSendOnly:
-      ll_combine_rows<Transport, 8, 2, false, kSendOnly><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
+      ll_combine_rows<Transport, true, kSendOnly><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
       break;
     case kCombineReduceOnly:
-      ll_combine_rows<Transport, 8, 2, false, kReduceOnly><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
+      ll_combine_rows<Transport, true, kReduceOnly><<<grid, block, smem, stream>>>(tr, d, lay, topk_idx, topk_w, o, ep, err);
       break;
     default:
       return int(cudaErrorInvalidValue);

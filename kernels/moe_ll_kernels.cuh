@@ -23,19 +23,70 @@ namespace moe {
 
 constexpr int kLLWarps = 16;
 
+// 16-byte load of data no one writes during the kernel (inputs, expert outputs): no L1 allocation.
+__device__ __forceinline__ int4 ld_nc_int4(const int4* p) {
+  int4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// One warp copies `n` int4 with kUnroll loads per lane in flight before their stores: a row
+// costs a few memory round trips instead of one per 512 bytes.
+template <int kUnroll>
+__device__ __forceinline__ void warp_copy_unrolled(int4* dst, const int4* src, int n, int lane) {
+  for (int base = 0; base < n; base += 32 * kUnroll) {
+    int4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      if (i < n) v[u] = ld_nc_int4(src + i);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 + lane;
+      if (i < n) dst[i] = v[u];
+    }
+  }
+}
+
+// A row of `bytes` (a multiple of 16, 16-byte aligned source): stores straight into a
+// destination this GPU can write (peer pointer, or a peer NVSHMEM maps) with the unrolled copy,
+// else the transport's warp put (RDMA).
+template <class Transport, int kUnroll>
+__device__ __forceinline__ void put_row(const Transport& tr, int pe, long long off,
+                                        const void* src, int bytes, int lane) {
+  if (int4* dst = static_cast<int4*>(tr.mapped(pe, off)))
+    warp_copy_unrolled<kUnroll>(dst, static_cast<const int4*>(src), bytes / 16, lane);
+  else
+    tr.put_warp(pe, off, src, bytes, lane);
+}
+
+enum DispatchVariant { kDispatchStaged = 0, kDispatchPlain = 1 };
+
 // Dispatch: each block owns experts; warp 0 lists the tokens that chose the
 // expert (in token order, so the layout is deterministic), all warps push the
 // rows, thread 0 releases the count. Then wait for every incoming count.
-template <class Transport>
+// kStaged: the block first copies the routing (tokens x topk ints) into shared memory, so
+// the per-expert scan reads no global memory, and rows go with the unrolled copy; otherwise
+// (routing too large for shared memory, or the plain variant) both read global memory.
+template <class Transport, bool kStaged>
 __global__ void __launch_bounds__(kLLWarps * 32)
 ll_dispatch(Transport tr, Dims d, Layout lay, const int* topk_idx, const uint8_t* x,
             const float* scales, EpochCounter* epochs, int* err) {
   const uint32_t epoch = epoch_begin(epochs);
-  extern __shared__ int s_list[];
+  extern __shared__ int s_list[];   // [max_tokens], then the staged routing [T * K]
   __shared__ int s_count;
   const int R = d.num_ranks, L = d.local_experts, K = d.topk, T = d.num_tokens;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint64_t self = tr.local();
+  const int* idx = topk_idx;
+  if (kStaged) {
+    int* s_topk = s_list + d.max_tokens;
+    for (int i = threadIdx.x; i < T * K; i += blockDim.x) s_topk[i] = topk_idx[i];
+    __syncthreads();
+    idx = s_topk;
+  }
 
   for (int e = blockIdx.x; e < d.num_experts; e += gridDim.x) {
     const int dst = e / L, l = e % L;
@@ -46,7 +97,7 @@ ll_dispatch(Transport tr, Dims d, Layout lay, const int* topk_idx, const uint8_t
         int kk = -1;
         if (t < T)
           for (int k = 0; k < K; ++k)
-            if (topk_idx[t * K + k] == e) { kk = k; break; }
+            if (idx[t * K + k] == e) { kk = k; break; }
         const unsigned mask = __ballot_sync(0xffffffffu, kk >= 0);
         if (kk >= 0) s_list[n + __popc(mask & ((1u << lane) - 1))] = t * K + kk;
         n += __popc(mask);
@@ -58,8 +109,11 @@ ll_dispatch(Transport tr, Dims d, Layout lay, const int* topk_idx, const uint8_t
     const long long slot0 = ((long long)l * R + d.rank) * d.max_tokens;
     for (int i = warp; i < n; i += kLLWarps) {
       const int tk = s_list[i], t = tk / K;
-      tr.put_warp(dst, lay.ll_recv_x + (slot0 + i) * d.row_bytes,
-                  x + (long long)t * d.row_bytes, d.row_bytes, lane);
+      const long long off = lay.ll_recv_x + (slot0 + i) * d.row_bytes;
+      if (kStaged)
+        put_row<Transport, 8>(tr, dst, off, x + (long long)t * d.row_bytes, d.row_bytes, lane);
+      else
+        tr.put_warp(dst, off, x + (long long)t * d.row_bytes, d.row_bytes, lane);
       if (d.num_scales)
         tr.put_warp(dst, lay.ll_recv_scales + (slot0 + i) * d.num_scales * 4,
                     scales + (long long)t * d.num_scales, d.num_scales * 4, lane);
@@ -79,15 +133,23 @@ ll_dispatch(Transport tr, Dims d, Layout lay, const int* topk_idx, const uint8_t
 // the combine's is in moe_ll_combine.cuh.
 template <class Transport>
 int launch_ll_dispatch(Transport tr, const int* dims, const long long* offs, const int* topk_idx,
-                       const void* x, const float* scales, void* epochs, int num_sms, int* err,
-                       cudaStream_t stream) {
+                       const void* x, const float* scales, void* epochs, int num_sms, int variant,
+                       int* err, cudaStream_t stream) {
   Dims d = dims_from(dims);
-  const size_t smem = sizeof(int) * d.max_tokens;
-  if (d.num_tokens > d.max_tokens || smem > 48 * 1024 || d.row_bytes % 16)
+  const size_t plain = sizeof(int) * d.max_tokens;
+  const size_t staged = plain + sizeof(int) * d.num_tokens * d.topk;
+  if (d.num_tokens > d.max_tokens || plain > 48 * 1024 || d.row_bytes % 16 ||
+      (variant != kDispatchStaged && variant != kDispatchPlain))
     return int(cudaErrorInvalidValue);
-  ll_dispatch<Transport><<<num_sms, kLLWarps * 32, smem, stream>>>(
-      tr, d, layout_from(offs), topk_idx, static_cast<const uint8_t*>(x), scales,
-      static_cast<EpochCounter*>(epochs), err);
+  const Layout lay = layout_from(offs);
+  const uint8_t* xb = static_cast<const uint8_t*>(x);
+  EpochCounter* ep = static_cast<EpochCounter*>(epochs);
+  if (variant == kDispatchStaged && staged <= 48 * 1024)
+    ll_dispatch<Transport, true><<<num_sms, kLLWarps * 32, staged, stream>>>(
+        tr, d, lay, topk_idx, xb, scales, ep, err);
+  else
+    ll_dispatch<Transport, false><<<num_sms, kLLWarps * 32, plain, stream>>>(
+        tr, d, lay, topk_idx, xb, scales, ep, err);
   return int(cudaGetLastError());
 }
 

@@ -51,10 +51,10 @@ extern "C" {
 int moe_shmem_attach(int device) { return commbench_nvshmem_attach(device); }
 
 int moe_shmem_ll_dispatch(void* base, const int* dims, const long long* offs, const int* topk_idx,
-                          const void* x, const float* scales, void* epochs, int num_sms, int* err,
-                          cudaStream_t stream) {
+                          const void* x, const float* scales, void* epochs, int num_sms,
+                          int variant, int* err, cudaStream_t stream) {
   return launch_ll_dispatch(NvshmemTransport{reinterpret_cast<uint64_t>(base)}, dims, offs,
-                            topk_idx, x, scales, epochs, num_sms, err, stream);
+                            topk_idx, x, scales, epochs, num_sms, variant, err, stream);
 }
 
 int moe_shmem_ll_combine(void* base, const int* dims, const long long* offs, const int* topk_idx,

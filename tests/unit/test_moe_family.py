@@ -104,32 +104,39 @@ def test_low_latency_workspace_by_hand():
     assert staged["ll_send_x"] == 64 * 256 and staged["ll_send_scales"] == 64 * 2 * 4
 
 
-def test_combine_variant_from_the_environment(monkeypatch):
+def test_ll_variants_from_the_environment(monkeypatch):
     from commbench.families.moe import peer
 
     monkeypatch.delenv(peer.COMBINE_VARIANT_VAR, raising=False)
-    assert peer.combine_variant() == "rows"
+    monkeypatch.delenv(peer.DISPATCH_VARIANT_VAR, raising=False)
+    assert (peer.combine_variant(), peer.dispatch_variant()) == ("rows", "staged")
     monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "per_expert")
+    monkeypatch.setenv(peer.DISPATCH_VARIANT_VAR, "plain")
     assert peer.COMBINE_VARIANTS[peer.combine_variant()] == 1
-    monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "fastest")
+    assert peer.DISPATCH_VARIANTS[peer.dispatch_variant()] == 1
+    monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "send_only")   # a timing part, not a variant
     with pytest.raises(ValueError, match="per_expert"):
         peer.combine_variant()
 
 
-def test_combine_variants_match_the_kernel_enum():
+def _enum(header: str, name: str) -> dict[str, int]:
     import re
 
     from commbench import jit
+
+    text = (jit.kernels_dir() / header).read_text()
+    body = re.search(r"enum %s \{(.*?)\};" % name, text, re.S).group(1)
+    snake = lambda camel: re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()   # noqa: E731
+    return {snake(m.group(1)): int(m.group(2)) for m in re.finditer(r"k\w*?(?:Combine|Dispatch)(\w+) = (\d+)", body)}
+
+
+def test_ll_variants_match_the_kernel_enums():
     from commbench.families.moe import peer
 
-    text = (jit.kernels_dir() / "moe_ll_combine.cuh").read_text()
-    body = re.search(r"enum CombineVariant \{(.*?)\};", text, re.S).group(1)
-    enum = {m.group(1): int(m.group(2)) for m in re.finditer(r"kCombine(\w+) = (\d+)", body)}
-    camel = {"Rows": "rows", "PerExpert": "per_expert", "RowsU4": "rows_u4", "RowsU16": "rows_u16",
-             "RowsR1": "rows_r1", "RowsR4": "rows_r4", "RowsRelease": "rows_release",
-             "SendOnly": "send_only", "ReduceOnly": "reduce_only"}
-    assert {camel[k]: v for k, v in enum.items()} == {**peer.COMBINE_VARIANTS, **peer.COMBINE_PARTS}
+    assert _enum("moe_ll_combine.cuh", "CombineVariant") == {**peer.COMBINE_VARIANTS,
+                                                             **peer.COMBINE_PARTS}
     assert not set(peer.COMBINE_PARTS) & set(peer.COMBINE_VARIANTS)   # never from the environment
+    assert _enum("moe_ll_kernels.cuh", "DispatchVariant") == peer.DISPATCH_VARIANTS
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -29,22 +29,33 @@ def _vp(t: torch.Tensor) -> ctypes.c_void_p:
 
 TRANSPORTS = ("ipc", "nvshmem")
 EPOCH_COUNTER_INTS = 2   # moe::EpochCounter: value, blocks_done
-# Organisations of the low-latency combine (moe::CombineVariant in kernels/moe_ll_combine.cuh),
-# chosen with COMMBENCH_MOE_LL_COMBINE for A/B measurements; "rows" is the default.
-COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_u4": 2, "rows_u16": 3, "rows_r1": 4,
-                    "rows_r4": 5, "rows_release": 6}
+# Organisations of the low-latency kernels (moe::DispatchVariant, moe::CombineVariant in
+# kernels/moe_ll_kernels.cuh and moe_ll_combine.cuh), chosen with these variables for A/B
+# measurements; the first of each is the default.
+DISPATCH_VARIANTS = {"staged": 0, "plain": 1}
+COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_fenced": 2}
+DISPATCH_VARIANT_VAR = "COMMBENCH_MOE_LL_DISPATCH"
 COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
-# The default's two halves alone (timing breakdowns only: the output is incomplete), never
-# taken from the environment.
-COMBINE_PARTS = {"send_only": 7, "reduce_only": 8}
+# The default combine's two halves alone (timing breakdowns only: the output is incomplete),
+# never taken from the environment.
+COMBINE_PARTS = {"send_only": 3, "reduce_only": 4}
+
+
+def _variant(var: str, choices: dict[str, int]) -> str:
+    name = os.environ.get(var, "") or next(iter(choices))
+    if name not in choices:
+        raise ValueError(f"{var}={name!r}: expected one of {sorted(choices)}")
+    return name
+
+
+def dispatch_variant() -> str:
+    """The low-latency dispatch variant this process uses (ValueError for an unknown name)."""
+    return _variant(DISPATCH_VARIANT_VAR, DISPATCH_VARIANTS)
 
 
 def combine_variant() -> str:
     """The low-latency combine organisation this process uses (ValueError for an unknown name)."""
-    name = os.environ.get(COMBINE_VARIANT_VAR, "rows") or "rows"
-    if name not in COMBINE_VARIANTS:
-        raise ValueError(f"{COMBINE_VARIANT_VAR}={name!r}: expected one of {sorted(COMBINE_VARIANTS)}")
-    return name
+    return _variant(COMBINE_VARIANT_VAR, COMBINE_VARIANTS)
 
 
 def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False) -> dict[str, int]:
@@ -168,8 +179,8 @@ class PeerState(CaseState):
             if self.mode == "ll":
                 self.ll_dispatch, self.ll_combine = self.lib.moe_ll_dispatch, self.lib.moe_ll_combine
         self.sms = ctypes.c_int(p.num_sms)
-        self.combine_variant = combine_variant()
-        self.variant = ctypes.c_int(COMBINE_VARIANTS[self.combine_variant])
+        self.variant = ctypes.c_int(COMBINE_VARIANTS[combine_variant()])
+        self.dispatch_variant = ctypes.c_int(DISPATCH_VARIANTS[dispatch_variant()])
         base = self.epochs.data_ptr()
         self.dispatch_epochs = ctypes.c_void_p(base)
         self.combine_epochs = ctypes.c_void_p(base + 4 * EPOCH_COUNTER_INTS)
@@ -193,7 +204,7 @@ class PeerState(CaseState):
                 _vp(self.topk_idx), _vp(self.topk_w), _vp(self.x_send), _vp(self.scales),
                 _vp(self.base_off), self.dispatch_epochs, self.sms, _vp(self.err))
         return self.ll_dispatch, (*self.common, _vp(self.topk_idx), *self.ll_x, self.dispatch_epochs,
-                                  self.sms, _vp(self.err))
+                                  self.sms, self.dispatch_variant, _vp(self.err))
 
     def _combine_call(self) -> tuple:
         """(launcher, arguments before the stream) of one combine."""
