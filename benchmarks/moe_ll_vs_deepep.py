@@ -7,7 +7,9 @@ the table gives ours / DeepEP per shape. Then ranks sharing the GPU run our kern
 correctness only (`wrong`, calc_diff). The Markdown names the machine, the date and the commit.
 
     PYTHONPATH=.:/path/to/deepep python benchmarks/moe_ll_vs_deepep.py --out docs/measurements/DATE-h200x1-moe-ll.md
-    python benchmarks/moe_ll_vs_deepep.py --variants per_expert,rows_u4   # A/B of the combine
+    python benchmarks/moe_ll_vs_deepep.py --variants plain,per_expert,rows_fenced   # A/B
+    COMMBENCH_MOE_LL_COMBINE=per_expert ncu -k regex:ll_combine -c 1 python \
+        benchmarks/moe_ll_vs_deepep.py --worker launches --shapes deepseek-v3 --iters 3
 """
 from __future__ import annotations
 
@@ -131,7 +133,7 @@ def check_table(recs: list[dict]) -> list[str]:
 def report(recs: list[dict], info: dict, failures: list[str]) -> str:
     out = [f"# Low-latency MoE dispatch/combine: ours vs DeepEP ({info['date']})", "",
            f"Machine: {info['gpus']}x {info['gpu']} (name, driver). Commit {info['commit']}. "
-           f"{workers.TOKENS} tokens per rank, one rank, every expert local; our kernels on every "
+           f"{workers.TOKENS} tokens per rank (decode), one rank, every expert local; our kernels on every "
            "SM (as DeepEP's low-latency kernels). Times in us.", "",
            "## Kernel time (device duration per launch, torch profiler, median)", "",
            *speed_table(recs, "kernel_us"), "",
@@ -150,7 +152,9 @@ def report(recs: list[dict], info: dict, failures: list[str]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worker", choices=("ours", "deepep"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=("ours", "deepep", "launches"),
+                    help="run one measuring process here; 'launches': only --iters dispatch + combine "
+                         "pairs of ipc_ll BF16 for the first of --shapes (to run under ncu or nsys)")
     ap.add_argument("--jsonl", help=argparse.SUPPRESS)
     ap.add_argument("--check-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shapes", default=",".join(workers.SHAPES))
@@ -163,8 +167,16 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=300, help="seconds per worker process")
     ap.add_argument("--out", type=Path, help="Markdown file (default: stdout only)")
     ap.add_argument("--records", type=Path, help="keep the JSON lines here")
+    ap.add_argument("--shape", action="append", default=[], metavar="NAME:hidden=H,experts=E,topk=K",
+                    help="one more shape (random routing), measured with the others; repeatable")
+    ap.add_argument("--tokens", type=int, default=workers.TOKENS, help="tokens per rank")
     args = ap.parse_args()
-    shapes = [s for s in args.shapes.split(",") if s]
+    for spec in args.shape:
+        name, _, kv = spec.partition(":")
+        workers.SHAPES[name] = {"routing": "random",
+                                **{k: int(v) for k, v in (f.split("=") for f in kv.split(","))}}
+    workers.TOKENS = args.tokens
+    shapes = [s for s in args.shapes.split(",") if s] + [s.partition(":")[0] for s in args.shape]
     variants = [v for v in args.variants.split(",") if v]
     if args.worker:
         return workers.main(args.worker, args.jsonl, shapes, variants, args.iters, args.check_only)
@@ -180,11 +192,13 @@ def main() -> int:
             args.out.write_text(text + "\n")
         return text
 
-    common = ["--jsonl", str(path), "--iters", str(args.iters)]
-    jobs = [("ours at 1 rank", ["--worker", "ours", "--shapes", ",".join(shapes),
+    common = ["--jsonl", str(path), "--iters", str(args.iters), "--tokens", str(args.tokens),
+              *[a for spec in args.shape for a in ("--shape", spec)]]
+    named = ",".join(s for s in shapes if s not in {x.partition(":")[0] for x in args.shape})
+    jobs = [("ours at 1 rank", ["--worker", "ours", "--shapes", named,
                                 "--variants", ",".join(variants), *common], 0)]
     if not args.no_deepep:
-        jobs.append(("DeepEP at 1 rank", ["--worker", "deepep", "--shapes", ",".join(shapes), *common], 0))
+        jobs.append(("DeepEP at 1 rank", ["--worker", "deepep", "--shapes", named, *common], 0))
     for n in [int(r) for r in args.ranks.split(",") if r]:
         jobs.append((f"ours at {n} ranks sharing the GPU",
                      ["--worker", "ours", "--check-only", "--shapes", args.check_shapes, *common], n))

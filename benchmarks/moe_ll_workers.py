@@ -235,6 +235,25 @@ def _scales_rows(scales: torch.Tensor, p) -> torch.Tensor:
     return scales.contiguous().view(-1, p.num_scales)
 
 
+def run_launches(ctx, shape: str, iters: int) -> int:
+    """ipc_ll, BF16: ``iters`` dispatch + combine pairs and nothing else, to run under a profiler
+    (ncu, nsys); the variants come from COMMBENCH_MOE_LL_DISPATCH and COMMBENCH_MOE_LL_COMBINE."""
+    from commbench.families.moe import peer
+    from commbench.families.moe.problem import make_problem
+
+    prm = params(shape, torch.cuda.get_device_properties(ctx.device).multi_processor_count)
+    p = make_problem(TOKENS * prm["hidden"] * 2, prm, ctx.world.rank, ctx.world.size, "bfloat16")
+    st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, TOKENS)
+    try:
+        with torch.cuda.device(st.device), torch.cuda.stream(st.stream):
+            for _ in range(iters):
+                st.run()
+        st.sync()
+        return int(st.err.item())
+    finally:
+        st.close()
+
+
 def main(kind: str, out_path: str, shapes: list[str], variants: list[str], iters: int,
          check_only: bool) -> int:
     os.environ.setdefault("NVSHMEM_SYMMETRIC_SIZE", "6G")
@@ -243,6 +262,8 @@ def main(kind: str, out_path: str, shapes: list[str], variants: list[str], iters
     ctx = open_rank()
     try:
         torch.cuda.set_device(torch.device(ctx.device))
+        if kind == "launches":
+            return run_launches(ctx, shapes[0], iters)
         if kind == "ours":
             return 1 if run_ours(ctx, shapes, variants, out_path, iters, check_only) else 0
         return 1 if run_deepep(ctx, shapes, out_path, iters) else 0
