@@ -7,7 +7,7 @@ the table gives ours / DeepEP per shape. Then ranks sharing the GPU run our kern
 correctness only (`wrong`, calc_diff). The Markdown names the machine, the date and the commit.
 
     PYTHONPATH=.:/path/to/deepep python benchmarks/moe_ll_vs_deepep.py --out docs/measurements/DATE-h200x1-moe-ll.md
-    python benchmarks/moe_ll_vs_deepep.py --variants plain,per_expert,rows_fenced   # A/B
+    python benchmarks/moe_ll_vs_deepep.py --variants staged,per_expert,rows_fenced   # A/B
     COMMBENCH_MOE_LL_COMBINE=per_expert ncu -k regex:ll_combine -c 1 python \
         benchmarks/moe_ll_vs_deepep.py --worker launches --shapes deepseek-v3 --iters 3
 """
@@ -159,7 +159,7 @@ def main() -> int:
     ap.add_argument("--check-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--shapes", default=",".join(workers.SHAPES))
     ap.add_argument("--variants", default="", help="more dispatch or combine variants to time (ipc_ll), "
-                    "e.g. plain,per_expert,rows_fenced")
+                    "e.g. staged,per_expert,rows_fenced")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--ranks", default="2,4", help="rank counts sharing the GPU for the check ('' = none)")
     ap.add_argument("--check-shapes", default="deepseek-v3,mixtral-8x7b")

@@ -121,14 +121,16 @@ def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_onl
     order += list(peer.COMBINE_PARTS) if variants else []   # the default's halves alone
     order.append("default")
     combine = {**peer.COMBINE_VARIANTS, **peer.COMBINE_PARTS}
+    default_combine = next(iter(peer.COMBINE_VARIANTS.values()))     # the first is the default
+    default_dispatch = next(iter(peer.DISPATCH_VARIANTS.values()))
     st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, TOKENS, **kw)
     impl = "ipc_ll" if transport == "ipc" else "nvshmem_ll"
     bad = 0
     try:
         with torch.cuda.device(st.device), torch.cuda.stream(st.stream):
             for name in ([] if check_only else order):
-                st.variant.value = combine.get(name, 0)
-                st.dispatch_variant.value = peer.DISPATCH_VARIANTS.get(name, 0)
+                st.variant.value = combine.get(name, default_combine)
+                st.dispatch_variant.value = peer.DISPATCH_VARIANTS.get(name, default_dispatch)
                 for _ in range(5):
                     st.run()
                 rec = kernel_us(st.run, iters)
@@ -137,7 +139,7 @@ def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_onl
                 rec["combine_graph_us"] = graph_us(st.combine, iters)
                 _emit_rank0(ctx, out_path, {"impl": impl, "variant": name, "shape": shape,
                                             "dtype": p.dtype, "ranks": p.ranks, **rec})
-            st.variant.value, st.dispatch_variant.value = 0, 0
+            st.variant.value, st.dispatch_variant.value = default_combine, default_dispatch
         try:
             wrong = check(st)
         except Exception as exc:   # a timed-out wait: record it, then stop (the next would wait too)

@@ -109,11 +109,11 @@ def test_ll_variants_from_the_environment(monkeypatch):
 
     monkeypatch.delenv(peer.COMBINE_VARIANT_VAR, raising=False)
     monkeypatch.delenv(peer.DISPATCH_VARIANT_VAR, raising=False)
-    assert (peer.combine_variant(), peer.dispatch_variant()) == ("rows", "staged")
+    assert (peer.combine_variant(), peer.dispatch_variant()) == ("rows", "plain")
     monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "per_expert")
-    monkeypatch.setenv(peer.DISPATCH_VARIANT_VAR, "plain")
+    monkeypatch.setenv(peer.DISPATCH_VARIANT_VAR, "staged")
     assert peer.COMBINE_VARIANTS[peer.combine_variant()] == 1
-    assert peer.DISPATCH_VARIANTS[peer.dispatch_variant()] == 1
+    assert peer.DISPATCH_VARIANTS[peer.dispatch_variant()] == 0
     monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "send_only")   # a timing part, not a variant
     with pytest.raises(ValueError, match="per_expert"):
         peer.combine_variant()
