@@ -35,9 +35,10 @@ struct Layout {
   long long ll_recv_scales; // f32[L][R][max_tokens][num_scales]
   long long ll_y;           // bf16[L][R][max_tokens][H]
   long long ll_comb_buf;    // bf16[max_tokens][K][H]: rows returned to the source
-  long long ll_comb_cnt;    // u64[E]: per-expert return counters (one per combine)
+  long long ll_comb_cnt;    // u64[E]: per-expert return counters (per-expert combine only)
   long long ll_send_x;      // u8[T][row_bytes]: NVSHMEM only, the input staged in symmetric memory
   long long ll_send_scales; // f32[T][num_scales]: NVSHMEM only, its FP8 scales
+  long long ll_comb_flag;   // u64[max_tokens][K]: epoch of the last row returned to [token][k]
 };
 
 // Epoch of one kind of launch (dispatch or combine), kept on the device so a

@@ -1,12 +1,12 @@
 // MoE low-latency dispatch/combine over NVSHMEM (backend nvshmem_ll).
-// The kernels are in moe_ll_kernels.cuh. The workspace is one symmetric
+// The kernels are in moe_ll_kernels.cuh and moe_ll_combine.cuh. The workspace is one symmetric
 // allocation (the same address on every PE). A peer that NVSHMEM maps into
 // this process (nvshmem_ptr, NVLink/PCIe P2P) gets plain 16-byte warp stores;
 // any other peer gets warp-wide non-blocking puts (RDMA writes over IBRC /
 // IBGDA). Each warp completes its puts (quiet) before its block's count is
 // released with nvshmemx_signal_op. Sources are symmetric too (the input is staged in the workspace),
 // as remote transports need registered memory on both ends.
-#include "moe_ll_kernels.cuh"
+#include "moe_ll_combine.cuh"
 #include "nvshmem_common.cuh"
 
 using namespace moe;
@@ -15,6 +15,9 @@ struct NvshmemTransport {
   uint64_t base;  // symmetric address of the workspace
 
   __device__ uint64_t local() const { return base; }
+  __device__ void* mapped(int pe, long long off) const {
+    return nvshmem_ptr(reinterpret_cast<void*>(base + off), pe);
+  }
   __device__ void put_warp(int pe, long long off, const void* src, int bytes, int lane) const {
     void* dst = reinterpret_cast<void*>(base + off);
     if (void* mapped = nvshmem_ptr(dst, pe))
@@ -48,17 +51,17 @@ extern "C" {
 int moe_shmem_attach(int device) { return commbench_nvshmem_attach(device); }
 
 int moe_shmem_ll_dispatch(void* base, const int* dims, const long long* offs, const int* topk_idx,
-                          const void* x, const float* scales, void* epochs, int num_sms, int* err,
-                          cudaStream_t stream) {
+                          const void* x, const float* scales, void* epochs, int num_sms,
+                          int variant, int* err, cudaStream_t stream) {
   return launch_ll_dispatch(NvshmemTransport{reinterpret_cast<uint64_t>(base)}, dims, offs,
-                            topk_idx, x, scales, epochs, num_sms, err, stream);
+                            topk_idx, x, scales, epochs, num_sms, variant, err, stream);
 }
 
 int moe_shmem_ll_combine(void* base, const int* dims, const long long* offs, const int* topk_idx,
-                         const float* topk_w, void* out, void* epochs, int num_sms, int* err,
-                         cudaStream_t stream) {
+                         const float* topk_w, void* out, void* epochs, int num_sms, int variant,
+                         int* err, cudaStream_t stream) {
   return launch_ll_combine(NvshmemTransport{reinterpret_cast<uint64_t>(base)}, dims, offs,
-                           topk_idx, topk_w, out, epochs, num_sms, err, stream);
+                           topk_idx, topk_w, out, epochs, num_sms, variant, err, stream);
 }
 
 }  // extern "C"

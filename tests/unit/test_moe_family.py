@@ -97,10 +97,46 @@ def test_low_latency_workspace_by_hand():
     slots = 4 * 2 * 100
     assert sizes["ll_recv_x"] == slots * 256 and sizes["ll_recv_scales"] == slots * 2 * 4
     assert sizes["ll_y"] == slots * 256 * 2 and sizes["ll_comb_buf"] == 100 * 4 * 256 * 2
-    assert sizes["ll_comb_cnt"] == 8 * 8            # one u64 signal per expert
+    assert sizes["ll_comb_cnt"] == 8 * 8            # one u64 signal per expert (per_expert combine)
+    assert sizes["ll_comb_flag"] == 8 * 100 * 4      # one u64 flag per returned row [token][k]
     assert "ll_send_x" not in sizes                  # CUDA IPC puts read the input in place
     staged = workspace_sizes(p, "ll", max_tokens=100, staged=True)
     assert staged["ll_send_x"] == 64 * 256 and staged["ll_send_scales"] == 64 * 2 * 4
+
+
+def test_ll_variants_from_the_environment(monkeypatch):
+    from commbench.families.moe import peer
+
+    monkeypatch.delenv(peer.COMBINE_VARIANT_VAR, raising=False)
+    monkeypatch.delenv(peer.DISPATCH_VARIANT_VAR, raising=False)
+    assert (peer.combine_variant(), peer.dispatch_variant()) == ("rows", "plain")
+    monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "per_expert")
+    monkeypatch.setenv(peer.DISPATCH_VARIANT_VAR, "staged")
+    assert peer.COMBINE_VARIANTS[peer.combine_variant()] == 1
+    assert peer.DISPATCH_VARIANTS[peer.dispatch_variant()] == 0
+    monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "send_only")   # a timing part, not a variant
+    with pytest.raises(ValueError, match="per_expert"):
+        peer.combine_variant()
+
+
+def _enum(header: str, name: str) -> dict[str, int]:
+    import re
+
+    from commbench import jit
+
+    text = (jit.kernels_dir() / header).read_text()
+    body = re.search(r"enum %s \{(.*?)\};" % name, text, re.S).group(1)
+    snake = lambda camel: re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()   # noqa: E731
+    return {snake(m.group(1)): int(m.group(2)) for m in re.finditer(r"k\w*?(?:Combine|Dispatch)(\w+) = (\d+)", body)}
+
+
+def test_ll_variants_match_the_kernel_enums():
+    from commbench.families.moe import peer
+
+    assert _enum("moe_ll_combine.cuh", "CombineVariant") == {**peer.COMBINE_VARIANTS,
+                                                             **peer.COMBINE_PARTS}
+    assert not set(peer.COMBINE_PARTS) & set(peer.COMBINE_VARIANTS)   # never from the environment
+    assert _enum("moe_ll_kernels.cuh", "DispatchVariant") == peer.DISPATCH_VARIANTS
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -10,6 +10,7 @@ runner does).
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
 
@@ -28,6 +29,33 @@ def _vp(t: torch.Tensor) -> ctypes.c_void_p:
 
 TRANSPORTS = ("ipc", "nvshmem")
 EPOCH_COUNTER_INTS = 2   # moe::EpochCounter: value, blocks_done
+# Organisations of the low-latency kernels (moe::DispatchVariant, moe::CombineVariant in
+# kernels/moe_ll_kernels.cuh and moe_ll_combine.cuh), chosen with these variables for A/B
+# measurements; the first of each is the default.
+DISPATCH_VARIANTS = {"plain": 1, "staged": 0}
+COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_fenced": 2}
+DISPATCH_VARIANT_VAR = "COMMBENCH_MOE_LL_DISPATCH"
+COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
+# The default combine's two halves alone (timing breakdowns only: the output is incomplete),
+# never taken from the environment.
+COMBINE_PARTS = {"send_only": 3, "reduce_only": 4}
+
+
+def _variant(var: str, choices: dict[str, int]) -> str:
+    name = os.environ.get(var, "") or next(iter(choices))
+    if name not in choices:
+        raise ValueError(f"{var}={name!r}: expected one of {sorted(choices)}")
+    return name
+
+
+def dispatch_variant() -> str:
+    """The low-latency dispatch variant this process uses (ValueError for an unknown name)."""
+    return _variant(DISPATCH_VARIANT_VAR, DISPATCH_VARIANTS)
+
+
+def combine_variant() -> str:
+    """The low-latency combine organisation this process uses (ValueError for an unknown name)."""
+    return _variant(COMBINE_VARIANT_VAR, COMBINE_VARIANTS)
 
 
 def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False) -> dict[str, int]:
@@ -43,7 +71,7 @@ def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False
     sizes = {"ll_cnt_in": 8 * L * R, "ll_recv_count": 4 * L * R, "ll_recv_src": 4 * slots,
              "ll_recv_x": slots * p.row_bytes, "ll_recv_scales": 4 * slots * p.num_scales,
              "ll_y": 2 * slots * H, "ll_comb_buf": 2 * max_tokens * K * H,
-             "ll_comb_cnt": 8 * p.experts}
+             "ll_comb_cnt": 8 * p.experts, "ll_comb_flag": 8 * max_tokens * K}
     if staged:
         sizes.update(ll_send_x=p.tokens * p.row_bytes, ll_send_scales=4 * p.tokens * p.num_scales)
     return sizes
@@ -151,6 +179,8 @@ class PeerState(CaseState):
             if self.mode == "ll":
                 self.ll_dispatch, self.ll_combine = self.lib.moe_ll_dispatch, self.lib.moe_ll_combine
         self.sms = ctypes.c_int(p.num_sms)
+        self.variant = ctypes.c_int(COMBINE_VARIANTS[combine_variant()])
+        self.dispatch_variant = ctypes.c_int(DISPATCH_VARIANTS[dispatch_variant()])
         base = self.epochs.data_ptr()
         self.dispatch_epochs = ctypes.c_void_p(base)
         self.combine_epochs = ctypes.c_void_p(base + 4 * EPOCH_COUNTER_INTS)
@@ -174,7 +204,7 @@ class PeerState(CaseState):
                 _vp(self.topk_idx), _vp(self.topk_w), _vp(self.x_send), _vp(self.scales),
                 _vp(self.base_off), self.dispatch_epochs, self.sms, _vp(self.err))
         return self.ll_dispatch, (*self.common, _vp(self.topk_idx), *self.ll_x, self.dispatch_epochs,
-                                  self.sms, _vp(self.err))
+                                  self.sms, self.dispatch_variant, _vp(self.err))
 
     def _combine_call(self) -> tuple:
         """(launcher, arguments before the stream) of one combine."""
@@ -183,7 +213,7 @@ class PeerState(CaseState):
                                                  _vp(self.rank_w), _vp(self.out), self.combine_epochs,
                                                  self.sms, _vp(self.err))
         return self.ll_combine, (*self.common, _vp(self.topk_idx), _vp(self.topk_w), _vp(self.out),
-                                 self.combine_epochs, self.sms, _vp(self.err))
+                                 self.combine_epochs, self.sms, self.variant, _vp(self.err))
 
     def dispatch(self) -> None:
         fn, args = self._dispatch_call()

@@ -16,7 +16,7 @@ LAYOUT_FIELDS = (
     "cnt_in", "done_in", "ready_in", "expert_cnt_in", "recv_src", "recv_topk_idx",
     "recv_topk_w", "recv_x", "recv_scales", "y",
     "ll_cnt_in", "ll_recv_count", "ll_recv_src", "ll_recv_x", "ll_recv_scales", "ll_y",
-    "ll_comb_buf", "ll_comb_cnt", "ll_send_x", "ll_send_scales",
+    "ll_comb_buf", "ll_comb_cnt", "ll_send_x", "ll_send_scales", "ll_comb_flag",
 )
 
 
