@@ -28,7 +28,20 @@ struct KernelArgs {
   uint32_t* direct_done;      // per producer: commands the direct path executed
   int* error;                 // [0] ErrorCode, [1] producer
   uint64_t timeout_ns;        // longest wait without progress
+  int publish;                // Publish: how a lane makes its slot visible
+  int owned_head;             // 1: every ring has one producer, which counts tickets in a register
+  int poll_lines;             // completion-word copies read with loads in flight (1, 2 or 4)
 };
+
+// Cycles between the first reads of the completion copies (about a PCIe read round trip / 4):
+// afterwards each copy is re-read as soon as its previous read returns, which keeps the stagger.
+constexpr long long kPollStaggerCycles = 400;
+
+__device__ __forceinline__ uint32_t ld_volatile(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 __device__ __forceinline__ uint64_t gtimer_ns() {
   uint64_t t;
@@ -42,12 +55,46 @@ __device__ __forceinline__ void fail(const KernelArgs& a, int code, uint32_t pro
   if (atomicCAS(a.error, 0, code) == 0) a.error[1] = (int)producer;
 }
 
-// Lanes < n publish their command; returns false (whole warp) on timeout/abort.
+// The ring's reservation counter at kernel start (owned heads: the warp keeps it in a register).
+__device__ __forceinline__ unsigned long long load_head(const KernelArgs& a, uint32_t ring) {
+  return a.owned_head ? *(volatile unsigned long long*)&a.rings.heads[(size_t)ring * kTailStride] : 0;
+}
+
+__device__ __forceinline__ void store_head(const KernelArgs& a, uint32_t ring, unsigned long long head, int lane) {
+  if (a.owned_head && lane == 0) a.rings.heads[(size_t)ring * kTailStride] = head;
+}
+
+// Make one slot visible to the proxy; the tag in word 0 publishes it.
+__device__ __forceinline__ void publish_slot(const KernelArgs& a, Cmd* slot, Cmd c, uint32_t tag) {
+  volatile uint32_t* s = (volatile uint32_t*)slot;
+  if (a.publish == kPublishVec16) {   // one 16-byte write: the proxy never sees half a command
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(slot), "r"(c.w0 | tag), "r"(c.w1), "r"(c.src8), "r"(c.dst8) : "memory");
+    return;
+  }
+  s[1] = c.w1;
+  s[2] = c.src8;
+  s[3] = c.dst8;
+  if (a.publish == kPublishRelease) {   // orders the body before the tag, at system scope
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(slot), "r"(c.w0 | tag) : "memory");
+    return;
+  }
+  __threadfence_system();  // body visible before the tag that publishes it
+  s[0] = c.w0 | tag;
+}
+
+// Lanes < n publish their command; returns false (whole warp) on timeout/abort. `head` is the
+// warp's own ticket counter when a.owned_head (the same value in every lane), else unused.
 __device__ bool warp_post(const KernelArgs& a, uint32_t ring, Cmd c, int n, int lane,
-                          unsigned long long& cached_tail, uint32_t producer) {
+                          unsigned long long& cached_tail, uint32_t producer, unsigned long long& head) {
   unsigned long long base = 0;
-  if (lane == 0) base = atomicAdd(&a.rings.heads[(size_t)ring * kTailStride], (unsigned long long)n);
-  base = __shfl_sync(kFullMask, base, 0);
+  if (a.owned_head) {
+    base = head;   // no other producer uses this ring: no atomic round trip to L2
+    head += (unsigned long long)n;
+  } else {
+    if (lane == 0) base = atomicAdd(&a.rings.heads[(size_t)ring * kTailStride], (unsigned long long)n);
+    base = __shfl_sync(kFullMask, base, 0);
+  }
   bool ok = true;
   if (lane < n) {
     const unsigned long long t = base + lane;
@@ -65,20 +112,41 @@ __device__ bool warp_post(const KernelArgs& a, uint32_t ring, Cmd c, int n, int 
         }
       }
     }
-    if (ok) {
-      volatile uint32_t* s = (volatile uint32_t*)(a.rings.slots + (size_t)ring * S + (t & (S - 1)));
-      s[1] = c.w1;
-      s[2] = c.src8;
-      s[3] = c.dst8;
-      __threadfence_system();  // body visible before the tag that publishes it
-      s[0] = c.w0 | lap_tag(t, S);
-    }
+    if (ok) publish_slot(a, a.rings.slots + (size_t)ring * S + (t & (S - 1)), c, lap_tag(t, S));
   }
   return __all_sync(kFullMask, ok);
 }
 
+// Wait for `target` with K reads in flight, one per copy of the completion word: the GPU
+// sees the proxy's write about (K - 1) / K of a PCIe read round trip sooner on average.
+template <int K>
+__device__ bool wait_done_pipelined(const KernelArgs& a, uint32_t producer, uint32_t target) {
+  const uint32_t* d = a.rings.done + (size_t)producer * kDoneStride;
+  uint32_t v[K];
+  const long long k0 = clock64();
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    while (clock64() - k0 < i * kPollStaggerCycles) {}   // earlier reads stay in flight meanwhile
+    v[i] = ld_volatile(d + i * kDoneLineStride);
+  }
+  const uint64_t deadline = gtimer_ns() + a.timeout_ns;
+  for (uint32_t spin = 0;; ++spin) {
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      if ((int32_t)(v[i] - target) >= 0) return true;
+      v[i] = ld_volatile(d + i * kDoneLineStride);
+    }
+    if ((spin & 3) == 3) {
+      if (aborted(a)) return false;
+      if (gtimer_ns() > deadline) { fail(a, kErrCompletionTimeout, producer); return false; }
+    }
+  }
+}
+
 // Lane 0 only: wait until the proxy has completed `target` commands of this producer.
 __device__ bool wait_done(const KernelArgs& a, uint32_t producer, uint32_t target) {
+  if (a.poll_lines >= 4) return wait_done_pipelined<4>(a, producer, target);
+  if (a.poll_lines == 2) return wait_done_pipelined<2>(a, producer, target);
   volatile uint32_t* d = a.rings.done + (size_t)producer * kDoneStride;
   if ((int32_t)(*d - target) >= 0) return true;
   const uint64_t deadline = gtimer_ns() + a.timeout_ns;
@@ -145,6 +213,7 @@ __global__ void stream_kernel(KernelArgs a) {
   const uint32_t posted0 = a.posted[p];
   const uint32_t ring = a.direct ? 0 : p % a.rings.num_rings;
   unsigned long long cached_tail = 0;
+  unsigned long long head = a.direct ? 0 : load_head(a, ring);
   for (uint32_t base = 0; base < count; base += a.batch) {
     const int n = (int)min(a.batch, count - base);
     Cmd c{};
@@ -157,10 +226,11 @@ __global__ void stream_kernel(KernelArgs a) {
       for (int j = 0; j < n; ++j) execute_direct(a, shfl_cmd(c, j), lane);
       if (a.dst_system) __threadfence_system(); else __threadfence();
       if (lane == 0) atomicAdd(&a.direct_done[p], (uint32_t)n);
-    } else if (!warp_post(a, ring, c, n, lane, cached_tail, p)) {
+    } else if (!warp_post(a, ring, c, n, lane, cached_tail, p, head)) {
       return;
     }
   }
+  if (!a.direct) store_head(a, ring, head, lane);
   if (lane == 0) {
     a.posted[p] = posted0 + count;
     if (!a.direct && count) wait_done(a, p, posted0 + count);
@@ -174,6 +244,7 @@ __global__ void latency_kernel(KernelArgs a, uint32_t iters, long long* cycles, 
   if (threadIdx.x >= 32 || blockIdx.x) return;
   const uint32_t posted0 = a.posted[0];
   unsigned long long cached_tail = 0;
+  unsigned long long head = a.direct ? 0 : load_head(a, 0);
   const uint64_t g0 = gtimer_ns();
   const long long k0 = clock64();
   uint32_t it = 0;
@@ -185,7 +256,7 @@ __global__ void latency_kernel(KernelArgs a, uint32_t iters, long long* cycles, 
       if (a.dst_system) __threadfence_system(); else __threadfence();
       if (lane == 0) atomicAdd(&a.direct_done[0], 1u);
     } else {
-      if (!warp_post(a, 0, c, 1, lane, cached_tail, 0)) break;
+      if (!warp_post(a, 0, c, 1, lane, cached_tail, 0, head)) break;
       bool ok = true;
       if (lane == 0) ok = wait_done(a, 0, posted0 + it + 1);
       if (!__shfl_sync(kFullMask, ok, 0)) { ++it; break; }
@@ -193,6 +264,7 @@ __global__ void latency_kernel(KernelArgs a, uint32_t iters, long long* cycles, 
     __syncwarp();
     if (lane == 0) cycles[it] = clock64() - c0;
   }
+  if (!a.direct) store_head(a, 0, head, lane);
   if (lane == 0) {
     a.posted[0] = posted0 + it;
     calib[0] = gtimer_ns() - g0;

@@ -44,7 +44,7 @@ class Config:
 # Few rows per expert (decode): one 16-row block per expert, many column tiles, deep K pipelines.
 DECODE_CONFIGS = (
     Config(16, 64, 128, 4, 4), Config(16, 64, 256, 4, 3), Config(16, 128, 128, 4, 4),
-    Config(16, 32, 256, 4, 4), Config(16, 128, 256, 8, 3), Config(16, 64, 128, 4, 6),
+    Config(16, 32, 256, 4, 4), Config(16, 64, 128, 4, 6),
 )
 # Tens of rows per expert.
 MID_CONFIGS = (
@@ -54,7 +54,7 @@ MID_CONFIGS = (
 # Prefill: hundreds of rows per expert, tensor-core tiles.
 PREFILL_CONFIGS = (
     Config(64, 128, 64, 4, 4), Config(128, 128, 64, 8, 3), Config(64, 64, 64, 4, 4),
-    Config(128, 64, 64, 4, 4), Config(128, 256, 64, 8, 3), Config(128, 128, 64, 8, 4),
+    Config(128, 64, 64, 4, 4), Config(128, 256, 64, 8, 3),
 )
 
 
@@ -166,17 +166,17 @@ def block_map(ends: torch.Tensor, block_m: int, rows: int) -> tuple[torch.Tensor
 
 
 def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
-             cfg: Config, out: torch.Tensor | None = None) -> torch.Tensor:
+             cfg: Config, blocks: tuple | None = None) -> torch.Tensor:
     """Grouped x @ w[e]^T per expert group; swiglu: w is w13 [L, 2N, K] and the output is
-    silu(gate) * up [rows, N]; else w is [L, N, K]."""
+    silu(gate) * up [rows, N]; else w is [L, N, K]. ``blocks``: block_map(ends, cfg.block_m,
+    rows) when the caller has it already."""
     rows, K = x.shape
     L = w.shape[0]
     N = w.shape[1] // 2 if swiglu else w.shape[1]
-    if out is None:
-        out = torch.empty(rows, N, dtype=torch.bfloat16, device=x.device)
+    out = torch.empty(rows, N, dtype=torch.bfloat16, device=x.device)
     if rows == 0:
         return out
-    blk_expert, blk_end, max_blocks = block_map(ends, cfg.block_m, rows)
+    blk_expert, blk_end, max_blocks = blocks or block_map(ends, cfg.block_m, rows)
     grid = (max_blocks * -(-N // cfg.block_n),)
     _kernel()[grid](x, w, out, blk_expert, blk_end, ends, L, N, K,
                     x.stride(0), w.stride(0), w.stride(1), out.stride(0), max_blocks,
@@ -223,5 +223,9 @@ class FusedExperts:
         return best
 
     def forward(self, xe: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-        h = moe_gemm(xe, self.w13, ends, True, self._pick("gate_up", xe, self.w13, ends, True))
-        return moe_gemm(h, self.w2, ends, False, self._pick("down", h, self.w2, ends, False))
+        up = self._pick("gate_up", xe, self.w13, ends, True)
+        blocks = block_map(ends, up.block_m, xe.shape[0])
+        h = moe_gemm(xe, self.w13, ends, True, up, blocks)
+        down = self._pick("down", h, self.w2, ends, False)
+        same = down.block_m == up.block_m   # both GEMMs share the block map when they can
+        return moe_gemm(h, self.w2, ends, False, down, blocks if same else None)

@@ -48,6 +48,13 @@ class ProxyFamily(Family):
         "cpu_affinity": Param("all", (str,), "all: proxy threads may use every CPU of the node even when "
                               "the launcher bound the rank to one core; inherit: keep the rank's binding",
                               ("all", "inherit")),
+        "publish": Param("fence", (str,), "how a producer publishes a command: fence (body, system fence, "
+                         "tag word), release (body, tag word with a system-scope release store), vec16 "
+                         "(the whole 16-byte command in one store)", ("fence", "release", "vec16")),
+        "head": Param("atomic", (str,), "ticket counting: atomic (one atomic per reservation) or auto "
+                      "(a producer alone on its ring counts in a register)", ("atomic", "auto")),
+        "poll_lines": Param(1, (int,), "copies of the completion word the GPU reads with loads in flight "
+                            "(1, 2 or 4)", choices=(1, 2, 4)),
         "inject_stall_after": Param(0, (int,), "fault injection: each proxy thread stops after N commands "
                                     "(the row must end failed, not hang); 0 = off", range=(0, MAX_STALL_AFTER)),
     }
