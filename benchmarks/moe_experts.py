@@ -33,8 +33,8 @@ def main(argv=None) -> int:
     rows = []
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
     print("\t".join(COLUMNS))
-    for model in args.models:
-        for phase in args.phases:
+    for phase in args.phases:
+        for model in args.models:
             for row in rows_for(model, phase_tokens(phase), args.gemms, iters=args.iters):
                 row["phase"] = phase
                 rows.append(row)

@@ -81,3 +81,19 @@ def device_limits(device) -> tuple[float, float, str]:
     if not hbm or not peak:
         raise LookupError(f"no datasheet HBM bandwidth or tensor-core peak for {name!r}")
     return hbm[0], peak, name
+
+
+def layer_columns(routings, rank: int, hidden: int, inter: int, device, expert_us: float) -> dict:
+    """The layer row's expert_roofline_us and pct_of_roofline: one expert step per micro-batch
+    (each routing), this rank's local experts; {} on a GPU the datasheet tables do not hold."""
+    try:
+        hbm_gbps, peak, _ = device_limits(device)
+    except LookupError:
+        return {}
+    total = 0.0
+    for routed in routings:
+        L = routed.local_experts
+        counts = routed.tokens_per_expert()[rank * L:(rank + 1) * L].tolist()
+        total += expert_roofline(counts, hidden, inter, hbm_gbps, peak).roofline_us
+    return {"expert_roofline_us": total,
+            "pct_of_roofline": 100.0 * total / expert_us if expert_us > 0 else 0.0}

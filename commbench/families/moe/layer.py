@@ -248,6 +248,11 @@ class LayerState(CaseState):
             comm_share=(self.extra["dispatch_us"] + self.extra["combine_us"]) / layer,
             overlap_gain=serial / layer,
             expert_tflops=flops / (self.extra["expert_us"] * 1e-6) / 1e12)
+        from .expert_roofline import layer_columns   # the expert step against its roofline
+
+        self.extra.update(layer_columns([sub_routing(p.routing, s, n) for s, n in
+                                         micro_batches(p.tokens, self.overlap)],
+                                        p.rank, p.hidden, self.inter, self.device, self.extra["expert_us"]))
         return samples
 
     # --- correctness (untimed) ----------------------------------------------------------
