@@ -44,7 +44,7 @@ class Config:
 # Few rows per expert (decode): one 16-row block per expert, many column tiles, deep K pipelines.
 DECODE_CONFIGS = (
     Config(16, 64, 128, 4, 4), Config(16, 64, 256, 4, 3), Config(16, 128, 128, 4, 4),
-    Config(16, 32, 256, 4, 4), Config(16, 64, 128, 4, 6),
+    Config(16, 32, 256, 4, 4), Config(16, 64, 128, 4, 6), Config(32, 64, 128, 4, 4),
 )
 # Tens of rows per expert.
 MID_CONFIGS = (
