@@ -44,17 +44,17 @@ class Config:
 # Few rows per expert (decode): one 16-row block per expert, many column tiles, deep K pipelines.
 DECODE_CONFIGS = (
     Config(16, 64, 128, 4, 4), Config(16, 64, 256, 4, 3), Config(16, 128, 128, 4, 4),
-    Config(16, 32, 256, 4, 4), Config(16, 64, 128, 4, 6), Config(32, 64, 128, 4, 4),
+    Config(16, 32, 256, 4, 4), Config(32, 64, 128, 4, 4),
 )
 # Tens of rows per expert.
 MID_CONFIGS = (
     Config(32, 64, 128, 4, 4), Config(32, 128, 128, 4, 3), Config(64, 64, 128, 4, 3),
-    Config(64, 128, 64, 4, 4), Config(16, 64, 256, 4, 3),
+    Config(64, 128, 64, 4, 4),
 )
-# Prefill: hundreds of rows per expert, tensor-core tiles.
+# Prefill: hundreds of rows per expert, tensor-core tiles (two warpgroups for 128-row blocks).
 PREFILL_CONFIGS = (
-    Config(64, 128, 64, 4, 4), Config(128, 128, 64, 8, 3), Config(64, 64, 64, 4, 4),
-    Config(128, 64, 64, 4, 4), Config(128, 256, 64, 8, 3),
+    Config(64, 128, 64, 4, 4), Config(128, 128, 64, 8, 3), Config(128, 64, 64, 4, 4),
+    Config(64, 256, 64, 8, 3),
 )
 
 
@@ -88,13 +88,16 @@ def _kernel():
     @triton.jit
     def moe_gemm(x_ptr, w_ptr, out_ptr, blk_expert_ptr, blk_end_ptr, ends_ptr,
                  num_experts, N, K, stride_xm, stride_we, stride_wn, stride_om,
-                 max_blocks,
                  SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
         pid = tl.program_id(0)
-        # consecutive programs: row blocks of one column tile (the same weight tile: L2 reuse)
-        pid_m = pid % max_blocks
-        pid_n = pid // max_blocks
+        # consecutive programs: the column tiles of one row block, then of the expert's next
+        # block: the rows stay in L2 across the tiles, and each weight tile is read by the
+        # expert's row blocks at about the same time (at prefill, rows x tiles would otherwise
+        # re-read the rows from HBM once per column tile)
+        num_n = tl.cdiv(N, BLOCK_N)
+        pid_m = pid // num_n
+        pid_n = pid % num_n
         e = tl.load(blk_expert_ptr + pid_m)
         if e >= num_experts:
             return
@@ -179,7 +182,7 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
     blk_expert, blk_end, max_blocks = blocks or block_map(ends, cfg.block_m, rows)
     grid = (max_blocks * -(-N // cfg.block_n),)
     _kernel()[grid](x, w, out, blk_expert, blk_end, ends, L, N, K,
-                    x.stride(0), w.stride(0), w.stride(1), out.stride(0), max_blocks,
+                    x.stride(0), w.stride(0), w.stride(1), out.stride(0),
                     SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
