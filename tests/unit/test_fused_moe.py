@@ -107,3 +107,19 @@ def test_kernel_matches_the_reference_in_the_interpreter():
     assert done.returncode == 0, done.stderr[-2000:]
     errors = [float(line.split()[1]) for line in done.stdout.splitlines()]
     assert len(errors) == 2 and max(errors) < 3e-2, done.stdout
+
+
+def test_layer_columns_sum_the_micro_batches(monkeypatch):
+    from commbench.families.moe import expert_roofline as er
+    from commbench.families.moe import routing
+
+    routed = routing.generate("random", num_ranks=2, num_tokens=8, num_experts=4, topk=2, seed=0)
+    assert er.layer_columns([routed], 0, 64, 32, "cpu", 10.0) == {}   # no datasheet on a CPU
+    monkeypatch.setattr(er, "device_limits", lambda device: (4800.0, 989.0, "test"))
+    one = er.layer_columns([routed], 0, 64, 32, "cuda", 10.0)
+    two = er.layer_columns([routed, routed], 0, 64, 32, "cuda", 10.0)
+    counts = routed.tokens_per_expert()[:2].tolist()
+    assert one["expert_roofline_us"] == pytest.approx(
+        expert_roofline(counts, 64, 32, 4800.0, 989.0).roofline_us)
+    assert two["expert_roofline_us"] == pytest.approx(2 * one["expert_roofline_us"])
+    assert two["pct_of_roofline"] == pytest.approx(100 * two["expert_roofline_us"] / 10.0)

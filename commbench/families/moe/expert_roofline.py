@@ -75,6 +75,8 @@ def device_limits(device) -> tuple[float, float, str]:
     raises LookupError for a model the tables do not hold."""
     import torch
 
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        raise LookupError(f"{device} is not a CUDA GPU: no datasheet to read")
     name = torch.cuda.get_device_name(device)
     hbm = hbm_from_model(name)
     peak = tensor_tflops(name)
