@@ -44,7 +44,8 @@ class Config:
 # Few rows per expert (decode): one 16-row block per expert, many column tiles, deep K pipelines.
 DECODE_CONFIGS = (
     Config(16, 64, 128, 4, 4), Config(16, 64, 256, 4, 3), Config(16, 128, 128, 4, 4),
-    Config(16, 32, 256, 4, 4), Config(32, 64, 128, 4, 4),
+    Config(16, 32, 256, 4, 4), Config(32, 64, 128, 4, 4), Config(16, 64, 64, 4, 4),
+    Config(16, 128, 64, 4, 3),
 )
 # Tens of rows per expert.
 MID_CONFIGS = (
@@ -212,9 +213,10 @@ class FusedExperts:
             try:
                 ms = do_bench(lambda: moe_gemm(x, w, ends, swiglu, cfg), warmup=2, rep=10)
             except Exception as exc:   # a configuration this GPU cannot hold (shared memory)
-                if "out of resource" not in str(exc).lower():
-                    raise
                 ms = float("inf")
+                if verbose:
+                    print(f"fused-moe tune {which} {cfg.label()}: {type(exc).__name__}: "
+                          f"{str(exc)[:200]}", flush=True)
             self.tried.append({"gemm": which, "rows": x.shape[0], "config": cfg.label(), "ms": ms})
             if verbose:
                 print(f"fused-moe tune {which} rows={x.shape[0]} {cfg.label()}: {ms * 1e3:.1f} us",
