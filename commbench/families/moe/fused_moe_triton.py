@@ -207,13 +207,13 @@ class FusedExperts:
     def _tune(self, which: str, x, w, ends, swiglu: bool) -> Config:
         from triton.testing import do_bench
 
-        best, best_ms = None, float("inf")
+        best, best_ms, failure = None, float("inf"), ""
         verbose = os.environ.get(TUNE_ENV) == "1"
         for cfg in candidates(x.shape[0], w.shape[0]):
             try:
                 ms = do_bench(lambda: moe_gemm(x, w, ends, swiglu, cfg), warmup=2, rep=10)
             except Exception as exc:   # a configuration this GPU cannot hold (shared memory)
-                ms = float("inf")
+                ms, failure = float("inf"), f"{type(exc).__name__}: {str(exc)[:300]}"
                 if verbose:
                     print(f"fused-moe tune {which} {cfg.label()}: {type(exc).__name__}: "
                           f"{str(exc)[:200]}", flush=True)
@@ -224,7 +224,7 @@ class FusedExperts:
             if ms < best_ms:
                 best, best_ms = cfg, ms
         if best is None:
-            raise RuntimeError("no fused-MoE configuration fits this GPU")
+            raise RuntimeError(f"no fused-MoE configuration runs here (last: {failure})")
         return best
 
     def forward(self, xe: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
