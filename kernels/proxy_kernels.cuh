@@ -64,23 +64,23 @@ __device__ __forceinline__ void store_head(const KernelArgs& a, uint32_t ring, u
   if (a.owned_head && lane == 0) a.rings.heads[(size_t)ring * kTailStride] = head;
 }
 
-// Make one slot visible to the proxy; the tag in word 0 publishes it.
+// Make one slot visible to the proxy; the tag in w0 (the slot's last word) publishes it.
 __device__ __forceinline__ void publish_slot(const KernelArgs& a, Cmd* slot, Cmd c, uint32_t tag) {
-  volatile uint32_t* s = (volatile uint32_t*)slot;
-  if (a.publish == kPublishVec16) {   // one 16-byte write: the proxy never sees half a command
+  if (a.publish == kPublishVec16) {   // one 16-byte write, the tag word last in it
     asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};"
-                 :: "l"(slot), "r"(c.w0 | tag), "r"(c.w1), "r"(c.src8), "r"(c.dst8) : "memory");
+                 :: "l"(slot), "r"(c.w1), "r"(c.src8), "r"(c.dst8), "r"(c.w0 | tag) : "memory");
     return;
   }
-  s[1] = c.w1;
-  s[2] = c.src8;
-  s[3] = c.dst8;
+  volatile Cmd* s = slot;
+  s->w1 = c.w1;
+  s->src8 = c.src8;
+  s->dst8 = c.dst8;
   if (a.publish == kPublishRelease) {   // orders the body before the tag, at system scope
-    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(slot), "r"(c.w0 | tag) : "memory");
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(&slot->w0), "r"(c.w0 | tag) : "memory");
     return;
   }
   __threadfence_system();  // body visible before the tag that publishes it
-  s[0] = c.w0 | tag;
+  s->w0 = c.w0 | tag;
 }
 
 // Lanes < n publish their command; returns false (whole warp) on timeout/abort. `head` is the
@@ -200,8 +200,8 @@ __device__ void execute_direct(const KernelArgs& a, const Cmd& c, int lane) {
 }
 
 __device__ __forceinline__ Cmd shfl_cmd(const Cmd& c, int src_lane) {
-  return Cmd{__shfl_sync(kFullMask, c.w0, src_lane), __shfl_sync(kFullMask, c.w1, src_lane),
-             __shfl_sync(kFullMask, c.src8, src_lane), __shfl_sync(kFullMask, c.dst8, src_lane)};
+  return Cmd{__shfl_sync(kFullMask, c.w1, src_lane), __shfl_sync(kFullMask, c.src8, src_lane),
+             __shfl_sync(kFullMask, c.dst8, src_lane), __shfl_sync(kFullMask, c.w0, src_lane)};
 }
 
 // Rate and bandwidth: every producer issues its commands in batches.

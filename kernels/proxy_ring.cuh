@@ -36,9 +36,12 @@ enum Publish : int {
 };
 
 // 16 bytes. w0 = tag(8) | size/8 (24); w1 = op(4) | producer(12) | pseq(16);
-// src8/dst8 = offsets into the source/destination windows in 8-byte units.
+// src8/dst8 = offsets into the source/destination windows in 8-byte units. The tag word sits
+// last in the slot: a write that lands in address order (as PCIe writes into a cache line do)
+// shows the tag only after the rest of the command, as NIC completion entries keep their
+// owner bit in the last byte.
 struct alignas(16) Cmd {
-  uint32_t w0, w1, src8, dst8;
+  uint32_t w1, src8, dst8, w0;
 };
 
 __host__ __device__ inline uint32_t lap_tag(uint64_t ticket, uint32_t slots) {
