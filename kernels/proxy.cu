@@ -36,7 +36,7 @@ extern "C" {
 // Returns an engine handle or nullptr; *status gets 0 or the error (-1 bad config, -2 no driver entry point).
 void* proxy_engine_create(int device, int host_only, uint32_t num_threads, uint32_t num_slots,
                           uint32_t num_producers, int executor, int use_batch, const void* src, void* dst,
-                          uint64_t stall_after, uint64_t drop_every, uint32_t poll_lines, int* status) {
+                          uint64_t stall_after, uint64_t drop_every, int* status) {
   EngineConfig cfg;
   cfg.device = device;
   cfg.host_only = host_only;
@@ -49,7 +49,6 @@ void* proxy_engine_create(int device, int host_only, uint32_t num_threads, uint3
   cfg.dst = (char*)dst;
   cfg.stall_after = stall_after;
   cfg.drop_every = drop_every;
-  cfg.poll_lines = poll_lines;
   WriteValue32Fn wv = nullptr;
   if (executor == 1 && !host_only) {
     wv = load_write_value();
@@ -86,13 +85,18 @@ static KernelArgs make_args(void* engine, int direct, int op, int layout, uint32
                             uint32_t cmds_per_producer, uint32_t batch, uint64_t size_bytes,
                             uint64_t chunk_bytes, uint64_t num_regions, const void* src, void* dst,
                             int dst_system, uint32_t* posted, uint32_t* direct_done, int* error,
-                            uint64_t timeout_ns, int publish, int head_mode, uint32_t poll_lines) {
+                            uint64_t timeout_ns, int publish, int head_mode, uint32_t poll_delay_ns) {
   KernelArgs a{};
   if (engine) a.rings = ((Engine*)engine)->dev_view();
   a.publish = publish;
   // head_mode 1 (auto): a producer alone on its ring counts its tickets itself; 0: always atomic
   a.owned_head = engine && head_mode == 1 && num_producers <= a.rings.num_rings;
-  a.poll_lines = (int)poll_lines;
+  if (poll_delay_ns) {   // ns to SM cycles at the device's clock (kHz)
+    int dev = engine ? ((Engine*)engine)->config().device : 0, khz = 0;
+    if (!engine) cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
+    a.poll_delay_cycles = (long long)poll_delay_ns * khz / 1000000;
+  }
   a.direct = direct; a.op = op; a.layout = layout;
   a.num_producers = num_producers; a.cmds_per_producer = cmds_per_producer; a.batch = batch;
   a.size_bytes = size_bytes; a.chunk_bytes = chunk_bytes; a.num_regions = num_regions ? num_regions : 1;
@@ -101,11 +105,8 @@ static KernelArgs make_args(void* engine, int direct, int op, int layout, uint32
   return a;
 }
 
-// The kernel polls no more completion copies than the engine writes.
-static bool valid_delivery(void* engine, int publish, uint32_t poll_lines) {
-  if (publish < kPublishFence || publish > kPublishVec16) return false;
-  if (poll_lines != 1 && poll_lines != 2 && poll_lines != 4) return false;
-  return !engine || poll_lines <= ((Engine*)engine)->config().poll_lines;
+static bool valid_delivery(int publish, uint32_t poll_delay_ns) {
+  return publish >= kPublishFence && publish <= kPublishVec16 && poll_delay_ns <= 100000;
 }
 
 // Rate/bandwidth kernel: num_ctas x warps_per_cta producers. Returns a cudaError_t.
@@ -113,25 +114,25 @@ int proxy_launch_stream(void* engine, int direct, int op, int layout, uint32_t n
                         uint32_t cmds_per_producer, uint32_t batch, uint64_t size_bytes, uint64_t chunk_bytes,
                         uint64_t num_regions, const void* src, void* dst, int dst_system, uint32_t* posted,
                         uint32_t* direct_done, int* error, uint64_t timeout_ns, int publish, int head_mode,
-                        uint32_t poll_lines, void* stream) {
+                        uint32_t poll_delay_ns, void* stream) {
   if (!direct && !engine) return (int)cudaErrorInvalidValue;
   if (batch < 1 || batch > 32) return (int)cudaErrorInvalidValue;
-  if (!valid_delivery(engine, publish, poll_lines)) return (int)cudaErrorInvalidValue;
+  if (!valid_delivery(publish, poll_delay_ns)) return (int)cudaErrorInvalidValue;
   KernelArgs a = make_args(engine, direct, op, layout, num_ctas * warps_per_cta, cmds_per_producer, batch,
                            size_bytes, chunk_bytes, num_regions, src, dst, dst_system, posted, direct_done,
-                           error, timeout_ns, publish, head_mode, poll_lines);
+                           error, timeout_ns, publish, head_mode, poll_delay_ns);
   stream_kernel<<<num_ctas, warps_per_cta * 32, 0, (cudaStream_t)stream>>>(a);
   return (int)cudaGetLastError();
 }
 
 int proxy_launch_latency(void* engine, int direct, int op, uint32_t iters, uint64_t size_bytes, const void* src,
                          void* dst, int dst_system, uint32_t* posted, uint32_t* direct_done, int* error,
-                         uint64_t timeout_ns, int publish, int head_mode, uint32_t poll_lines, long long* cycles,
+                         uint64_t timeout_ns, int publish, int head_mode, uint32_t poll_delay_ns, long long* cycles,
                          unsigned long long* calib, void* stream) {
   if (!direct && !engine) return (int)cudaErrorInvalidValue;
-  if (!valid_delivery(engine, publish, poll_lines)) return (int)cudaErrorInvalidValue;
+  if (!valid_delivery(publish, poll_delay_ns)) return (int)cudaErrorInvalidValue;
   KernelArgs a = make_args(engine, direct, op, 0, 1, iters, 1, size_bytes, size_bytes, 1, src, dst, dst_system,
-                           posted, direct_done, error, timeout_ns, publish, head_mode, poll_lines);
+                           posted, direct_done, error, timeout_ns, publish, head_mode, poll_delay_ns);
   latency_kernel<<<1, 32, 0, (cudaStream_t)stream>>>(a, iters, cycles, calib);
   return (int)cudaGetLastError();
 }

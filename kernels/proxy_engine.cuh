@@ -38,7 +38,6 @@ struct EngineConfig {
   int executor = 0;          // 0 ack, 1 copy engine
   int use_batch = 1;         // cudaMemcpyBatchAsync for drained batches
   uint32_t max_batch = 64;   // commands drained per poll
-  uint32_t poll_lines = 1;   // copies of each completion word the GPU polls (1..kMaxPollLines)
   const char* src = nullptr; // copy windows (device-accessible pointers)
   char* dst = nullptr;
   uint64_t stall_after = 0;  // fault injection: each thread stops consuming after this many
@@ -61,8 +60,7 @@ class Engine {
   int create(WriteValue32Fn write_value) {
     const uint32_t S = cfg_.num_slots;
     if (S == 0 || (S & (S - 1)) || S > kMaxRingSlots || cfg_.num_rings == 0 ||
-        cfg_.num_producers == 0 || cfg_.num_producers > kMaxProducers || cfg_.max_batch == 0 ||
-        cfg_.poll_lines == 0 || cfg_.poll_lines > (uint32_t)kMaxPollLines)
+        cfg_.num_producers == 0 || cfg_.num_producers > kMaxProducers || cfg_.max_batch == 0)
       return -1;
     const size_t slot_bytes = sizeof(Cmd) * S * cfg_.num_rings;
     const size_t tail_bytes = sizeof(unsigned long long) * kTailStride * cfg_.num_rings;
@@ -189,8 +187,7 @@ class Engine {
       for (uint32_t p : touched) {
         // the copy engine writes through the device mapping, the ack executor from the CPU
         uint32_t* word = (cfg_.executor == 1 ? dev_.done : host_.done) + (size_t)p * kDoneStride;
-        for (uint32_t c = 0; c < cfg_.poll_lines && !e; ++c)
-          e = ex.signal(word + c * kDoneLineStride, executed_[p]);
+        if (!e) e = ex.signal(word, executed_[p]);
         is_touched[p] = 0;
       }
       touched.clear();

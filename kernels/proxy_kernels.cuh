@@ -30,18 +30,8 @@ struct KernelArgs {
   uint64_t timeout_ns;        // longest wait without progress
   int publish;                // Publish: how a lane makes its slot visible
   int owned_head;             // 1: every ring has one producer, which counts tickets in a register
-  int poll_lines;             // completion-word copies read with loads in flight (1, 2 or 4)
+  long long poll_delay_cycles; // SM cycles to wait after posting before the first completion read
 };
-
-// Cycles between the first reads of the completion copies (about a PCIe read round trip / 4):
-// afterwards each copy is re-read as soon as its previous read returns, which keeps the stagger.
-constexpr long long kPollStaggerCycles = 400;
-
-__device__ __forceinline__ uint32_t ld_volatile(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 __device__ __forceinline__ uint64_t gtimer_ns() {
   uint64_t t;
@@ -117,36 +107,15 @@ __device__ bool warp_post(const KernelArgs& a, uint32_t ring, Cmd c, int n, int 
   return __all_sync(kFullMask, ok);
 }
 
-// Wait for `target` with K reads in flight, one per copy of the completion word: the GPU
-// sees the proxy's write about (K - 1) / K of a PCIe read round trip sooner on average.
-template <int K>
-__device__ bool wait_done_pipelined(const KernelArgs& a, uint32_t producer, uint32_t target) {
-  const uint32_t* d = a.rings.done + (size_t)producer * kDoneStride;
-  uint32_t v[K];
-  const long long k0 = clock64();
-#pragma unroll
-  for (int i = 0; i < K; ++i) {
-    while (clock64() - k0 < i * kPollStaggerCycles) {}   // earlier reads stay in flight meanwhile
-    v[i] = ld_volatile(d + i * kDoneLineStride);
-  }
-  const uint64_t deadline = gtimer_ns() + a.timeout_ns;
-  for (uint32_t spin = 0;; ++spin) {
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      if ((int32_t)(v[i] - target) >= 0) return true;
-      v[i] = ld_volatile(d + i * kDoneLineStride);
-    }
-    if ((spin & 3) == 3) {
-      if (aborted(a)) return false;
-      if (gtimer_ns() > deadline) { fail(a, kErrCompletionTimeout, producer); return false; }
-    }
-  }
-}
-
 // Lane 0 only: wait until the proxy has completed `target` commands of this producer.
+// The completion lives in host memory: each read is a PCIe round trip, and the first one, sent
+// right behind the command, always arrives before the proxy can have answered. Sending it
+// poll_delay_cycles later lets it arrive just after the answer instead of one round trip early.
 __device__ bool wait_done(const KernelArgs& a, uint32_t producer, uint32_t target) {
-  if (a.poll_lines >= 4) return wait_done_pipelined<4>(a, producer, target);
-  if (a.poll_lines == 2) return wait_done_pipelined<2>(a, producer, target);
+  if (a.poll_delay_cycles > 0) {
+    const long long k0 = clock64();
+    while (clock64() - k0 < a.poll_delay_cycles) {}
+  }
   volatile uint32_t* d = a.rings.done + (size_t)producer * kDoneStride;
   if ((int32_t)(*d - target) >= 0) return true;
   const uint64_t deadline = gtimer_ns() + a.timeout_ns;

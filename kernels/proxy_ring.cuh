@@ -22,11 +22,7 @@ constexpr uint32_t kMaxProducers = 4096;                 // 12-bit producer id
 constexpr uint64_t kMaxCmdBytes = ((1ull << 24) - 1) * 8;  // 24-bit size in 8-byte units
 constexpr uint32_t kMaxRingSlots = 1u << 15;               // lap tag must change between laps
 constexpr int kTailStride = 8;   // u64 per tail: one cache line each, no false sharing
-// A producer's completion word exists in up to kMaxPollLines copies, one cache line apart, so
-// the GPU can keep several reads of it in flight over PCIe (each copy its own request).
-constexpr int kMaxPollLines = 4;
-constexpr int kDoneLineStride = 16;                          // u32 between copies (64 bytes)
-constexpr int kDoneStride = kDoneLineStride * kMaxPollLines;  // u32 per producer
+constexpr int kDoneStride = 16;  // u32 per completion word
 
 // How a producer publishes a slot (the tag in word 0 makes it visible to the proxy).
 enum Publish : int {

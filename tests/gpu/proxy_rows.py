@@ -8,7 +8,7 @@ import csv
 import sys
 from pathlib import Path
 
-COLUMNS = ("bench", "op", "executor", "publish", "head", "poll_lines", "proxy_threads", "num_ctas",
+COLUMNS = ("bench", "op", "executor", "publish", "head", "poll_delay_ns", "proxy_threads", "num_ctas",
            "time_us", "latency_p50_us", "latency_p99_us", "rate_mops", "wrong", "status")
 
 

@@ -93,7 +93,7 @@ def build(case, prm: dict, device: str) -> ProxyState:
                                       producers=st.producers, executor=st.executor,
                                       src_ptr=st.src.data_ptr(), dst_ptr=st.dst.data_ptr(),
                                       use_batch=bool(prm["ce_batch"]),
-                                      stall_after=prm["inject_stall_after"], poll_lines=prm["poll_lines"])
+                                      stall_after=prm["inject_stall_after"])
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     st.extra = {"producers": st.producers, "commands": st.commands_per_iter,
                 "sms_used": 1 if case.op == "latency" else min(prm["num_ctas"], sms),
@@ -150,7 +150,7 @@ def launch(st: ProxyState, iters: int = 1, cycles=None, calib=None) -> None:
     dst_system = int(st.executor in ("host", "peer"))
     eng = st.engine.handle if st.engine else None
     timeout_ns = int(st.prm["timeout_ms"]) * 1_000_000
-    delivery = (native.PUBLISH[st.prm["publish"]], native.HEADS[st.prm["head"]], st.prm["poll_lines"])
+    delivery = (native.PUBLISH[st.prm["publish"]], native.HEADS[st.prm["head"]], st.prm["poll_delay_ns"])
     stream = st.stream.cuda_stream
     if st.op == "latency":
         rc = lib.proxy_launch_latency(eng, int(st.direct), op_code, iters, st.size_bytes, st.src.data_ptr(),

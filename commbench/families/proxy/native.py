@@ -13,11 +13,11 @@ MAX_RING_SLOTS = 1 << 15
 # How a producer publishes a slot (kernels/proxy_ring.cuh Publish) and who counts a ring's tickets.
 PUBLISH = {"fence": 0, "release": 1, "vec16": 2}
 HEADS = {"atomic": 0, "auto": 1}
-POLL_LINES = (1, 2, 4)
+MAX_POLL_DELAY_NS = 100_000
 
 _u32, _u64, _int, _vp = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
-    "proxy_engine_create": (_vp, [_int, _int, _u32, _u32, _u32, _int, _int, _vp, _vp, _u64, _u64, _u32,
+    "proxy_engine_create": (_vp, [_int, _int, _u32, _u32, _u32, _int, _int, _vp, _vp, _u64, _u64,
                                   ctypes.POINTER(_int)]),
     "proxy_engine_destroy": (None, [_vp]),
     "proxy_engine_counters": (None, [_vp, ctypes.POINTER(_u64)]),
@@ -79,13 +79,13 @@ class Engine:
 
     def __init__(self, *, device: int, threads: int, slots: int, producers: int, executor: str,
                  src_ptr: int = 0, dst_ptr: int = 0, use_batch: bool = True, stall_after: int = 0,
-                 drop_every: int = 0, host_only: bool = False, poll_lines: int = 1):
+                 drop_every: int = 0, host_only: bool = False):
         self.lib = library()
         self.producers = producers
         status = _int(0)
         self.handle = self.lib.proxy_engine_create(
             device, int(host_only), threads, slots, producers, EXECUTORS[executor], int(use_batch),
-            src_ptr or None, dst_ptr or None, stall_after, drop_every, poll_lines, ctypes.byref(status))
+            src_ptr or None, dst_ptr or None, stall_after, drop_every, ctypes.byref(status))
         if not self.handle:
             code = status.value
             why = {-1: "bad configuration", -2: "driver has no cuStreamWriteValue32"}.get(code)
