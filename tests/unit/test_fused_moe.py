@@ -19,7 +19,7 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 def test_block_map_cuts_each_expert_into_its_own_blocks():
     counts = [3, 0, 20, 1, 17]
     ends = torch.tensor(counts).cumsum(0).to(torch.int32)
-    blk_expert, blk_end, max_blocks = fused.block_map(ends, 16, sum(counts))
+    blk_expert, blk_end, max_blocks = fused.block_map_reference(ends, 16, sum(counts))
     # 3 -> 1 block, 0 -> none, 20 -> 2, 1 -> 1, 17 -> 2: 6 blocks, then spares mapped past the last
     assert blk_end.tolist() == [1, 1, 3, 4, 6]
     assert max_blocks == -(-41 // 16) + 5
@@ -85,6 +85,11 @@ for e, n in enumerate(counts):
     if n:
         want[start:start + n] = expert_forward(x[start:start + n], w13[e], w2[e])
     start += n
+for bm in (16, 32):
+    ref = fused.block_map_reference(ends, bm, sum(counts))
+    got = fused.block_map(ends, bm, sum(counts))
+    assert got[0].tolist() == ref[0].tolist() and got[1].tolist() == ref[1].tolist(), (got, ref)
+    assert got[2] == ref[2]
 for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2)):
     h = fused.moe_gemm(x.half(), w13.half(), ends, True, cfg)
     got = fused.moe_gemm(h.half(), w2.half(), ends, False, cfg)

@@ -4,7 +4,8 @@ Every expert of the model is local (one rank), the rows are grouped by expert
 as the layer's pack leaves them, and the routing is the family's (presets and
 seed as a layer Case would draw them). ``wrong`` counts output rows whose
 relative L2 error against the per-expert torch reference (expert_forward over
-each group) exceeds the layer's BF16 tolerance.
+each group) exceeds the layer's BF16 tolerance. ``time_us`` is the mean of calls
+enqueued back to back (``single_call_us``: the median of calls timed one by one).
 """
 from __future__ import annotations
 
@@ -42,20 +43,28 @@ def reference(experts: LocalExperts, xe: torch.Tensor, counts: list[int]) -> tor
     return out
 
 
-def time_us(fn, iters: int, warmup: int = 2) -> list[float]:
-    """Per-call times from CUDA events, each call timed on its own."""
+def time_us(fn, iters: int, warmup: int = 2) -> tuple[float, float]:
+    """(mean per call over `iters` calls enqueued back to back, median of calls timed one by one)
+    from CUDA events. Back to back, the host enqueues a call while the previous one runs, as in a
+    model's forward; one by one, each time also holds the host's launch of its first kernel."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    out = []
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
     for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        fn()
+    b.record()
+    b.synchronize()
+    batched = a.elapsed_time(b) * 1e3 / iters
+    single = []
+    for _ in range(iters):
         a.record()
         fn()
         b.record()
         b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    return out
+        single.append(a.elapsed_time(b) * 1e3)
+    return batched, statistics.median(single)
 
 
 def rows_for(model: str, tokens: int, gemms, device="cuda", iters: int = 10) -> list[dict]:
@@ -81,10 +90,10 @@ def rows_for(model: str, tokens: int, gemms, device="cuda", iters: int = 10) -> 
         torch.cuda.synchronize()
         err = token_errors(got, want)
         wrong = int((~(err <= BF16_TOKEN_RTOL)).sum())
-        samples = time_us(lambda: experts.forward(xe, ends), iters)
-        t = statistics.median(samples)
+        t, single = time_us(lambda: experts.forward(xe, ends), iters)
         rows.append({"model": model, "tokens": tokens, "pairs": pairs, "gemm": gemm,
-                     "time_us": round(t, 1), "roofline_us": round(bound.roofline_us, 1),
+                     "time_us": round(t, 1), "single_call_us": round(single, 1),
+                     "roofline_us": round(bound.roofline_us, 1),
                      "pct_of_roofline": round(bound.pct_of(t), 1), "bound": bound.bound,
                      "hbm_tbps": round(bound.bytes / t / 1e6, 2),
                      "tflops": round(bound.flops / t / 1e6, 1), "wrong": wrong,

@@ -55,7 +55,8 @@ MID_CONFIGS = (
 # Prefill: hundreds of rows per expert, tensor-core tiles (two warpgroups for 128-row blocks).
 PREFILL_CONFIGS = (
     Config(64, 128, 64, 4, 4), Config(128, 128, 64, 8, 3), Config(128, 64, 64, 4, 4),
-    Config(64, 256, 64, 8, 3),
+    Config(64, 256, 64, 8, 3), Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 3),
+    Config(128, 128, 32, 8, 5),
 )
 
 
@@ -157,8 +158,9 @@ def _kernel():
     return moe_gemm
 
 
-def block_map(ends: torch.Tensor, block_m: int, rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(expert of each row block, cumulative block ends per expert, grid rows) on the device.
+
+def block_map_reference(ends: torch.Tensor, block_m: int, rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(expert of each row block, cumulative block ends per expert, grid rows), in torch ops.
 
     Spare blocks (past the last expert's) map to expert L, which the kernel skips."""
     counts = torch.diff(ends, prepend=ends.new_zeros(1))
@@ -166,6 +168,44 @@ def block_map(ends: torch.Tensor, block_m: int, rows: int) -> tuple[torch.Tensor
     max_blocks = -(-rows // block_m) + ends.numel()
     ids = torch.arange(max_blocks, device=ends.device, dtype=torch.int32)
     blk_expert = torch.searchsorted(blk_end, ids, right=True).to(torch.int32)
+    return blk_expert, blk_end, max_blocks
+
+
+@functools.lru_cache(maxsize=None)
+def _map_kernel():
+    """One small program computes the block map (instead of five dependent torch kernels)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def block_map_kernel(ends_ptr, blk_expert_ptr, blk_end_ptr, L, max_blocks,
+                         BLOCK_M: tl.constexpr, BLOCK_L: tl.constexpr, FILL: tl.constexpr):
+        e = tl.arange(0, BLOCK_L)
+        ok = e < L
+        end = tl.load(ends_ptr + e, mask=ok, other=0)
+        start = tl.load(ends_ptr + e - 1, mask=ok & (e > 0), other=0)
+        nblk = (end - start + BLOCK_M - 1) // BLOCK_M
+        cum = tl.cumsum(nblk, 0)
+        tl.store(blk_end_ptr + e, cum, mask=ok)
+        first = cum - nblk
+        for j in range(0, tl.max(nblk, 0)):
+            tl.store(blk_expert_ptr + first + j, e, mask=ok & (j < nblk))
+        for i in range(tl.sum(nblk, 0), max_blocks, FILL):
+            idx = i + tl.arange(0, FILL)
+            tl.store(blk_expert_ptr + idx, tl.zeros([FILL], dtype=tl.int32) + L, mask=idx < max_blocks)
+
+    return block_map_kernel
+
+
+def block_map(ends: torch.Tensor, block_m: int, rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """block_map_reference's result from one Triton program (ends: int32 on the device)."""
+    L = ends.numel()
+    max_blocks = -(-rows // block_m) + L
+    blk_expert = torch.empty(max_blocks, dtype=torch.int32, device=ends.device)
+    blk_end = torch.empty(L, dtype=torch.int32, device=ends.device)
+    block_l = 1 << max(L - 1, 1).bit_length()
+    _map_kernel()[(1,)](ends, blk_expert, blk_end, L, max_blocks,
+                        BLOCK_M=block_m, BLOCK_L=block_l, FILL=1024, num_warps=4)
     return blk_expert, blk_end, max_blocks
 
 
