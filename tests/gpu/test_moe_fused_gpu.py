@@ -18,21 +18,25 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.
                                 reason="needs a CUDA GPU and Triton")
 
 
-def _setup(counts, hidden=1024, inter=384):
+def _setup(counts, hidden=1024, inter=384, cfg=fused.Config(16, 64, 128, 4, 4)):
     experts = LocalExperts(0, len(counts), hidden, inter, "cuda", "fused")
+    experts.fused.only = (cfg,)   # one configuration: no tuning sweep in a test
     xe = make_tokens(0, sum(counts), hidden, "cuda")
     ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
     return experts, xe, ends
 
 
-@pytest.mark.parametrize("counts", [[3, 0, 20, 1, 17, 0, 0, 64], [130, 257, 0, 96, 200, 1, 128, 65]])
-def test_fused_matches_the_reference(counts):
-    experts, xe, ends = _setup(counts)
+@pytest.mark.parametrize("counts,cfg", [
+    ([3, 0, 20, 1, 17, 0, 0, 64], fused.Config(16, 64, 128, 4, 4)),
+    ([130, 257, 0, 96, 200, 1, 128, 65], fused.Config(128, 128, 64, 8, 3)),
+])
+def test_fused_matches_the_reference(counts, cfg):
+    experts, xe, ends = _setup(counts, cfg=cfg)
     assert experts.gemm == "fused"
     got = experts.forward(xe, ends)
     err = token_errors(got, reference(experts, xe, counts))
     assert float(err.max()) <= BF16_TOKEN_RTOL
-    assert experts.fused.tried, "the first call tunes the configuration"
+    assert [t["config"] for t in experts.fused.tried] == [cfg.label()] * 2   # gate_up, down
 
 
 def test_wrong_weights_are_caught():

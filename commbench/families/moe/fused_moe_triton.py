@@ -237,6 +237,7 @@ class FusedExperts:
         self.w13, self.w2 = w13, w2
         self.chosen: dict[tuple, Config] = {}
         self.tried: list[dict] = []
+        self.only: tuple[Config, ...] = ()   # when set: the candidates to try (tests pin one)
 
     def _pick(self, which: str, x, w, ends, swiglu: bool) -> Config:
         key = (which, x.shape[0])
@@ -249,7 +250,7 @@ class FusedExperts:
 
         best, best_ms, failure = None, float("inf"), ""
         verbose = os.environ.get(TUNE_ENV) == "1"
-        for cfg in candidates(x.shape[0], w.shape[0]):
+        for cfg in self.only or candidates(x.shape[0], w.shape[0]):
             try:
                 ms = do_bench(lambda: moe_gemm(x, w, ends, swiglu, cfg), warmup=2, rep=10)
             except Exception as exc:   # a configuration this GPU cannot hold (shared memory)
