@@ -46,6 +46,9 @@ DECODE_CONFIGS = (
     Config(16, 64, 128, 4, 4), Config(16, 64, 256, 4, 3), Config(16, 128, 128, 4, 4),
     Config(16, 32, 256, 4, 4), Config(32, 64, 128, 4, 4), Config(16, 64, 64, 4, 4),
     Config(16, 128, 64, 4, 3),
+    # three stages: two CTAs per SM, so one refills its pipeline while the other streams (a
+    # short K loop, as the down GEMM's, otherwise pays its pipeline fill once per tile)
+    Config(16, 128, 128, 4, 3), Config(16, 64, 128, 4, 3),
 )
 # Tens of rows per expert.
 MID_CONFIGS = (
