@@ -109,10 +109,11 @@ __device__ bool warp_post(const KernelArgs& a, uint32_t ring, Cmd c, int n, int 
 
 // Lane 0 only: wait until the proxy has completed `target` commands of this producer.
 // The completion lives in host memory: each read is a PCIe round trip, and the first one, sent
-// right behind the command, always arrives before the proxy can have answered. Sending it
-// poll_delay_cycles later lets it arrive just after the answer instead of one round trip early.
-__device__ bool wait_done(const KernelArgs& a, uint32_t producer, uint32_t target) {
-  if (a.poll_delay_cycles > 0) {
+// right behind a single command, always arrives before the proxy can have answered. Sending it
+// poll_delay_cycles later (`hold_first_read`) lets it arrive just after the answer instead of
+// one round trip early. After a batch the proxy has many commands to drain: no hold there.
+__device__ bool wait_done(const KernelArgs& a, uint32_t producer, uint32_t target, bool hold_first_read) {
+  if (hold_first_read && a.poll_delay_cycles > 0) {
     const long long k0 = clock64();
     while (clock64() - k0 < a.poll_delay_cycles) {}
   }
@@ -202,7 +203,7 @@ __global__ void stream_kernel(KernelArgs a) {
   if (!a.direct) store_head(a, ring, head, lane);
   if (lane == 0) {
     a.posted[p] = posted0 + count;
-    if (!a.direct && count) wait_done(a, p, posted0 + count);
+    if (!a.direct && count) wait_done(a, p, posted0 + count, false);
   }
 }
 
@@ -227,7 +228,7 @@ __global__ void latency_kernel(KernelArgs a, uint32_t iters, long long* cycles, 
     } else {
       if (!warp_post(a, 0, c, 1, lane, cached_tail, 0, head)) break;
       bool ok = true;
-      if (lane == 0) ok = wait_done(a, 0, posted0 + it + 1);
+      if (lane == 0) ok = wait_done(a, 0, posted0 + it + 1, true);
       if (!__shfl_sync(kFullMask, ok, 0)) { ++it; break; }
     }
     __syncwarp();

@@ -53,7 +53,7 @@ class ProxyFamily(Family):
                          "(the whole 16-byte command in one store)", ("fence", "release", "vec16")),
         "head": Param("auto", (str,), "ticket counting: atomic (one atomic per reservation) or auto "
                       "(a producer alone on its ring counts in a register)", ("atomic", "auto")),
-        "poll_delay_ns": Param(400, (int,), "ns a producer waits after posting before its first read of "
+        "poll_delay_ns": Param(400, (int,), "latency: ns a producer waits after posting before its first read of "
                                "the completion word (a read sent at once arrives before the proxy "
                                "can have answered)", range=(0, MAX_POLL_DELAY_NS)),
         "inject_stall_after": Param(0, (int,), "fault injection: each proxy thread stops after N commands "
