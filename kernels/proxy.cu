@@ -85,9 +85,18 @@ static KernelArgs make_args(void* engine, int direct, int op, int layout, uint32
                             uint32_t cmds_per_producer, uint32_t batch, uint64_t size_bytes,
                             uint64_t chunk_bytes, uint64_t num_regions, const void* src, void* dst,
                             int dst_system, uint32_t* posted, uint32_t* direct_done, int* error,
-                            uint64_t timeout_ns) {
+                            uint64_t timeout_ns, int publish, int head_mode, uint32_t poll_delay_ns) {
   KernelArgs a{};
   if (engine) a.rings = ((Engine*)engine)->dev_view();
+  a.publish = publish;
+  // head_mode 1 (auto): a producer alone on its ring counts its tickets itself; 0: always atomic
+  a.owned_head = engine && head_mode == 1 && num_producers <= a.rings.num_rings;
+  if (poll_delay_ns) {   // ns to SM cycles at the device's clock (kHz)
+    int dev = engine ? ((Engine*)engine)->config().device : 0, khz = 0;
+    if (!engine) cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev);
+    a.poll_delay_cycles = (long long)poll_delay_ns * khz / 1000000;
+  }
   a.direct = direct; a.op = op; a.layout = layout;
   a.num_producers = num_producers; a.cmds_per_producer = cmds_per_producer; a.batch = batch;
   a.size_bytes = size_bytes; a.chunk_bytes = chunk_bytes; a.num_regions = num_regions ? num_regions : 1;
@@ -96,26 +105,34 @@ static KernelArgs make_args(void* engine, int direct, int op, int layout, uint32
   return a;
 }
 
+static bool valid_delivery(int publish, uint32_t poll_delay_ns) {
+  return publish >= kPublishFence && publish <= kPublishVec16 && poll_delay_ns <= 100000;
+}
+
 // Rate/bandwidth kernel: num_ctas x warps_per_cta producers. Returns a cudaError_t.
 int proxy_launch_stream(void* engine, int direct, int op, int layout, uint32_t num_ctas, uint32_t warps_per_cta,
                         uint32_t cmds_per_producer, uint32_t batch, uint64_t size_bytes, uint64_t chunk_bytes,
                         uint64_t num_regions, const void* src, void* dst, int dst_system, uint32_t* posted,
-                        uint32_t* direct_done, int* error, uint64_t timeout_ns, void* stream) {
+                        uint32_t* direct_done, int* error, uint64_t timeout_ns, int publish, int head_mode,
+                        uint32_t poll_delay_ns, void* stream) {
   if (!direct && !engine) return (int)cudaErrorInvalidValue;
   if (batch < 1 || batch > 32) return (int)cudaErrorInvalidValue;
+  if (!valid_delivery(publish, poll_delay_ns)) return (int)cudaErrorInvalidValue;
   KernelArgs a = make_args(engine, direct, op, layout, num_ctas * warps_per_cta, cmds_per_producer, batch,
                            size_bytes, chunk_bytes, num_regions, src, dst, dst_system, posted, direct_done,
-                           error, timeout_ns);
+                           error, timeout_ns, publish, head_mode, poll_delay_ns);
   stream_kernel<<<num_ctas, warps_per_cta * 32, 0, (cudaStream_t)stream>>>(a);
   return (int)cudaGetLastError();
 }
 
 int proxy_launch_latency(void* engine, int direct, int op, uint32_t iters, uint64_t size_bytes, const void* src,
                          void* dst, int dst_system, uint32_t* posted, uint32_t* direct_done, int* error,
-                         uint64_t timeout_ns, long long* cycles, unsigned long long* calib, void* stream) {
+                         uint64_t timeout_ns, int publish, int head_mode, uint32_t poll_delay_ns, long long* cycles,
+                         unsigned long long* calib, void* stream) {
   if (!direct && !engine) return (int)cudaErrorInvalidValue;
+  if (!valid_delivery(publish, poll_delay_ns)) return (int)cudaErrorInvalidValue;
   KernelArgs a = make_args(engine, direct, op, 0, 1, iters, 1, size_bytes, size_bytes, 1, src, dst, dst_system,
-                           posted, direct_done, error, timeout_ns);
+                           posted, direct_done, error, timeout_ns, publish, head_mode, poll_delay_ns);
   latency_kernel<<<1, 32, 0, (cudaStream_t)stream>>>(a, iters, cycles, calib);
   return (int)cudaGetLastError();
 }

@@ -163,7 +163,7 @@ class Engine {
         Cmd* s = &ring[t & (S - 1)];
         const uint32_t w0 = __atomic_load_n(&s->w0, __ATOMIC_ACQUIRE);
         if (cmd_tag(w0) != lap_tag(t, S)) break;
-        batch[n] = Cmd{w0, s->w1, s->src8, s->dst8};
+        batch[n] = Cmd{s->w1, s->src8, s->dst8, w0};
         ++n;
       }
       if (cfg_.stall_after && st.consumed + n > cfg_.stall_after) {

@@ -28,6 +28,9 @@ struct KernelArgs {
   uint32_t* direct_done;      // per producer: commands the direct path executed
   int* error;                 // [0] ErrorCode, [1] producer
   uint64_t timeout_ns;        // longest wait without progress
+  int publish;                // Publish: how a lane makes its slot visible
+  int owned_head;             // 1: every ring has one producer, which counts tickets in a register
+  long long poll_delay_cycles; // SM cycles to wait after posting before the first completion read
 };
 
 __device__ __forceinline__ uint64_t gtimer_ns() {
@@ -42,12 +45,46 @@ __device__ __forceinline__ void fail(const KernelArgs& a, int code, uint32_t pro
   if (atomicCAS(a.error, 0, code) == 0) a.error[1] = (int)producer;
 }
 
-// Lanes < n publish their command; returns false (whole warp) on timeout/abort.
+// The ring's reservation counter at kernel start (owned heads: the warp keeps it in a register).
+__device__ __forceinline__ unsigned long long load_head(const KernelArgs& a, uint32_t ring) {
+  return a.owned_head ? *(volatile unsigned long long*)&a.rings.heads[(size_t)ring * kTailStride] : 0;
+}
+
+__device__ __forceinline__ void store_head(const KernelArgs& a, uint32_t ring, unsigned long long head, int lane) {
+  if (a.owned_head && lane == 0) a.rings.heads[(size_t)ring * kTailStride] = head;
+}
+
+// Make one slot visible to the proxy; the tag in w0 (the slot's last word) publishes it.
+__device__ __forceinline__ void publish_slot(const KernelArgs& a, Cmd* slot, Cmd c, uint32_t tag) {
+  if (a.publish == kPublishVec16) {   // one 16-byte write, the tag word last in it
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(slot), "r"(c.w1), "r"(c.src8), "r"(c.dst8), "r"(c.w0 | tag) : "memory");
+    return;
+  }
+  volatile Cmd* s = slot;
+  s->w1 = c.w1;
+  s->src8 = c.src8;
+  s->dst8 = c.dst8;
+  if (a.publish == kPublishRelease) {   // orders the body before the tag, at system scope
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(&slot->w0), "r"(c.w0 | tag) : "memory");
+    return;
+  }
+  __threadfence_system();  // body visible before the tag that publishes it
+  s->w0 = c.w0 | tag;
+}
+
+// Lanes < n publish their command; returns false (whole warp) on timeout/abort. `head` is the
+// warp's own ticket counter when a.owned_head (the same value in every lane), else unused.
 __device__ bool warp_post(const KernelArgs& a, uint32_t ring, Cmd c, int n, int lane,
-                          unsigned long long& cached_tail, uint32_t producer) {
+                          unsigned long long& cached_tail, uint32_t producer, unsigned long long& head) {
   unsigned long long base = 0;
-  if (lane == 0) base = atomicAdd(&a.rings.heads[(size_t)ring * kTailStride], (unsigned long long)n);
-  base = __shfl_sync(kFullMask, base, 0);
+  if (a.owned_head) {
+    base = head;   // no other producer uses this ring: no atomic round trip to L2
+    head += (unsigned long long)n;
+  } else {
+    if (lane == 0) base = atomicAdd(&a.rings.heads[(size_t)ring * kTailStride], (unsigned long long)n);
+    base = __shfl_sync(kFullMask, base, 0);
+  }
   bool ok = true;
   if (lane < n) {
     const unsigned long long t = base + lane;
@@ -65,20 +102,21 @@ __device__ bool warp_post(const KernelArgs& a, uint32_t ring, Cmd c, int n, int 
         }
       }
     }
-    if (ok) {
-      volatile uint32_t* s = (volatile uint32_t*)(a.rings.slots + (size_t)ring * S + (t & (S - 1)));
-      s[1] = c.w1;
-      s[2] = c.src8;
-      s[3] = c.dst8;
-      __threadfence_system();  // body visible before the tag that publishes it
-      s[0] = c.w0 | lap_tag(t, S);
-    }
+    if (ok) publish_slot(a, a.rings.slots + (size_t)ring * S + (t & (S - 1)), c, lap_tag(t, S));
   }
   return __all_sync(kFullMask, ok);
 }
 
 // Lane 0 only: wait until the proxy has completed `target` commands of this producer.
-__device__ bool wait_done(const KernelArgs& a, uint32_t producer, uint32_t target) {
+// The completion lives in host memory: each read is a PCIe round trip, and the first one, sent
+// right behind a single command, always arrives before the proxy can have answered. Sending it
+// poll_delay_cycles later (`hold_first_read`) lets it arrive just after the answer instead of
+// one round trip early. After a batch the proxy has many commands to drain: no hold there.
+__device__ bool wait_done(const KernelArgs& a, uint32_t producer, uint32_t target, bool hold_first_read) {
+  if (hold_first_read && a.poll_delay_cycles > 0) {
+    const long long k0 = clock64();
+    while (clock64() - k0 < a.poll_delay_cycles) {}
+  }
   volatile uint32_t* d = a.rings.done + (size_t)producer * kDoneStride;
   if ((int32_t)(*d - target) >= 0) return true;
   const uint64_t deadline = gtimer_ns() + a.timeout_ns;
@@ -132,8 +170,8 @@ __device__ void execute_direct(const KernelArgs& a, const Cmd& c, int lane) {
 }
 
 __device__ __forceinline__ Cmd shfl_cmd(const Cmd& c, int src_lane) {
-  return Cmd{__shfl_sync(kFullMask, c.w0, src_lane), __shfl_sync(kFullMask, c.w1, src_lane),
-             __shfl_sync(kFullMask, c.src8, src_lane), __shfl_sync(kFullMask, c.dst8, src_lane)};
+  return Cmd{__shfl_sync(kFullMask, c.w1, src_lane), __shfl_sync(kFullMask, c.src8, src_lane),
+             __shfl_sync(kFullMask, c.dst8, src_lane), __shfl_sync(kFullMask, c.w0, src_lane)};
 }
 
 // Rate and bandwidth: every producer issues its commands in batches.
@@ -145,6 +183,7 @@ __global__ void stream_kernel(KernelArgs a) {
   const uint32_t posted0 = a.posted[p];
   const uint32_t ring = a.direct ? 0 : p % a.rings.num_rings;
   unsigned long long cached_tail = 0;
+  unsigned long long head = a.direct ? 0 : load_head(a, ring);
   for (uint32_t base = 0; base < count; base += a.batch) {
     const int n = (int)min(a.batch, count - base);
     Cmd c{};
@@ -157,13 +196,14 @@ __global__ void stream_kernel(KernelArgs a) {
       for (int j = 0; j < n; ++j) execute_direct(a, shfl_cmd(c, j), lane);
       if (a.dst_system) __threadfence_system(); else __threadfence();
       if (lane == 0) atomicAdd(&a.direct_done[p], (uint32_t)n);
-    } else if (!warp_post(a, ring, c, n, lane, cached_tail, p)) {
+    } else if (!warp_post(a, ring, c, n, lane, cached_tail, p, head)) {
       return;
     }
   }
+  if (!a.direct) store_head(a, ring, head, lane);
   if (lane == 0) {
     a.posted[p] = posted0 + count;
-    if (!a.direct && count) wait_done(a, p, posted0 + count);
+    if (!a.direct && count) wait_done(a, p, posted0 + count, false);
   }
 }
 
@@ -174,6 +214,7 @@ __global__ void latency_kernel(KernelArgs a, uint32_t iters, long long* cycles, 
   if (threadIdx.x >= 32 || blockIdx.x) return;
   const uint32_t posted0 = a.posted[0];
   unsigned long long cached_tail = 0;
+  unsigned long long head = a.direct ? 0 : load_head(a, 0);
   const uint64_t g0 = gtimer_ns();
   const long long k0 = clock64();
   uint32_t it = 0;
@@ -185,14 +226,15 @@ __global__ void latency_kernel(KernelArgs a, uint32_t iters, long long* cycles, 
       if (a.dst_system) __threadfence_system(); else __threadfence();
       if (lane == 0) atomicAdd(&a.direct_done[0], 1u);
     } else {
-      if (!warp_post(a, 0, c, 1, lane, cached_tail, 0)) break;
+      if (!warp_post(a, 0, c, 1, lane, cached_tail, 0, head)) break;
       bool ok = true;
-      if (lane == 0) ok = wait_done(a, 0, posted0 + it + 1);
+      if (lane == 0) ok = wait_done(a, 0, posted0 + it + 1, true);
       if (!__shfl_sync(kFullMask, ok, 0)) { ++it; break; }
     }
     __syncwarp();
     if (lane == 0) cycles[it] = clock64() - c0;
   }
+  if (!a.direct) store_head(a, 0, head, lane);
   if (lane == 0) {
     a.posted[0] = posted0 + it;
     calib[0] = gtimer_ns() - g0;

@@ -24,10 +24,20 @@ constexpr uint32_t kMaxRingSlots = 1u << 15;               // lap tag must chang
 constexpr int kTailStride = 8;   // u64 per tail: one cache line each, no false sharing
 constexpr int kDoneStride = 16;  // u32 per completion word
 
+// How a producer publishes a slot (the tag in word 0 makes it visible to the proxy).
+enum Publish : int {
+  kPublishFence = 0,    // body, __threadfence_system, then word 0
+  kPublishRelease = 1,  // body, then word 0 with a system-scope release store
+  kPublishVec16 = 2,    // the whole 16-byte command, tag included, in one vector store
+};
+
 // 16 bytes. w0 = tag(8) | size/8 (24); w1 = op(4) | producer(12) | pseq(16);
-// src8/dst8 = offsets into the source/destination windows in 8-byte units.
+// src8/dst8 = offsets into the source/destination windows in 8-byte units. The tag word sits
+// last in the slot: a write that lands in address order (as PCIe writes into a cache line do)
+// shows the tag only after the rest of the command, as NIC completion entries keep their
+// owner bit in the last byte.
 struct alignas(16) Cmd {
-  uint32_t w0, w1, src8, dst8;
+  uint32_t w1, src8, dst8, w0;
 };
 
 __host__ __device__ inline uint32_t lap_tag(uint64_t ticket, uint32_t slots) {

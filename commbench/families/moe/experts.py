@@ -19,7 +19,7 @@ HASH_MODULUS = 1 << 31
 CODE_RANGE = 509          # weights are (code - 254) * 2^-shift: exact in BF16 (|code - 254| <= 254)
 CODE_STD = 147.0          # std of a code drawn uniformly from -254..254
 TOKEN_STD = 9.2           # std of reference.make_tokens' channels (|code| / 16, codes up to 254)
-GEMM_PATHS = ("grouped_mm", "loop")
+GEMM_PATHS = ("grouped_mm", "loop", "fused")
 
 
 def _shift_for(std_in: float, fan_in: int) -> int:
@@ -66,8 +66,10 @@ class LocalExperts:
     ``forward(xe, offs)`` runs every expert over its contiguous rows of ``xe``
     ([rows, H], grouped by local expert); ``offs`` (int32 [L], on the device)
     are the groups' cumulative ends, so no group size ever reaches the host on
-    the grouped path. ``gemm``: "grouped_mm" (torch._grouped_mm) or "loop"
-    (one GEMM per expert; reads the offsets on the host, one sync per call).
+    the grouped and fused paths. ``gemm``: "grouped_mm" (torch._grouped_mm),
+    "loop" (one GEMM per expert; reads the offsets on the host, one sync per
+    call), "fused" (our Triton kernel, fused_moe_triton: SwiGLU in the gate/up
+    GEMM's epilogue) or "auto" (grouped_mm where it works, else loop).
     """
 
     def __init__(self, first_expert: int, num_local: int, hidden: int, inter: int, device,
@@ -78,11 +80,21 @@ class LocalExperts:
         self.w2 = torch.empty(num_local, hidden, inter, dtype=torch.bfloat16, device=device)
         for l in range(num_local):
             self.w13[l], self.w2[l] = expert_weights(first_expert + l, hidden, inter, device)
+        self.fused = None
         self.gemm = self._choose(gemm)
 
     def _choose(self, gemm: str) -> str:
         if gemm == "loop":
             return "loop"
+        if gemm == "fused":
+            from ...errors import SkipCase
+            from . import fused_moe_triton
+
+            why = fused_moe_triton.available()
+            if why:
+                raise SkipCase(why)
+            self.fused = fused_moe_triton.FusedExperts(self.w13, self.w2)
+            return "fused"
         if not has_grouped_mm():
             if gemm == "grouped_mm":
                 raise RuntimeError("this torch build has no torch._grouped_mm")
@@ -106,6 +118,8 @@ class LocalExperts:
             raise RuntimeError("torch._grouped_mm disagrees with per-expert GEMMs")
 
     def forward(self, xe: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        if self.gemm == "fused":
+            return self.fused.forward(xe, offs)
         if self.gemm == "grouped_mm":
             gate_up = torch._grouped_mm(xe, self.w13.transpose(-2, -1), offs=offs)
             return torch._grouped_mm(swiglu(gate_up), self.w2.transpose(-2, -1), offs=offs)

@@ -73,7 +73,8 @@ class MoeFamily(Family):
         "overlap": Param("none", (str,), "layer: none, or two_batch (two micro-batches, one's "
                          "dispatch overlaps the other's experts)", OVERLAPS),
         "gemm": Param("auto", (str,), "layer: grouped_mm (torch._grouped_mm), loop (a GEMM per "
-                      "expert) or auto (grouped_mm where it works)", GEMMS),
+                      "expert), fused (our Triton MoE kernel) or auto (grouped_mm where it works)",
+                      GEMMS),
     }
 
     def _params(self, case: Case) -> dict:

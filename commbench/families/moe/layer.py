@@ -247,6 +247,13 @@ class LayerState(CaseState):
         serial = self.extra.setdefault("serial_us", layer)
         self.extra.update(layer_us=layer, overlap_gain=serial / layer)
         self._timeline_columns(iters)
+        if self.extra.get("expert_us"):   # the expert step against its roofline
+            from .expert_roofline import layer_columns
+
+            p = self.problem
+            self.extra.update(layer_columns([sub_routing(p.routing, s, n) for s, n in
+                                             micro_batches(p.tokens, self.overlap)],
+                                            p.rank, p.hidden, self.inter, self.device, self.extra["expert_us"]))
         return samples
 
     def _timeline_columns(self, iters: int) -> None:

@@ -9,7 +9,7 @@ import dataclasses
 from .presets import layer_tokens, resolve
 
 OVERLAPS = ("none", "two_batch")
-GEMMS = ("auto", "grouped_mm", "loop")
+GEMMS = ("auto", "grouped_mm", "loop", "fused")
 # DeepEP v1.2.1 compiles its low-latency kernels for these hidden sizes only, and at most
 # 11 choices per token (csrc/kernels/launch.cuh SWITCH_HIDDEN, internode_ll.cu kNumMaxTopK).
 DEEPEP_LL_HIDDEN = (2048, 2560, 4096, 5120, 6144, 7168, 8192)

@@ -150,11 +150,12 @@ def launch(st: ProxyState, iters: int = 1, cycles=None, calib=None) -> None:
     dst_system = int(st.executor in ("host", "peer"))
     eng = st.engine.handle if st.engine else None
     timeout_ns = int(st.prm["timeout_ms"]) * 1_000_000
+    delivery = (native.PUBLISH[st.prm["publish"]], native.HEADS[st.prm["head"]], st.prm["poll_delay_ns"])
     stream = st.stream.cuda_stream
     if st.op == "latency":
         rc = lib.proxy_launch_latency(eng, int(st.direct), op_code, iters, st.size_bytes, st.src.data_ptr(),
                                       st.dst.data_ptr(), dst_system, st.posted.data_ptr(),
-                                      st.direct_done.data_ptr(), st.error.data_ptr(), timeout_ns,
+                                      st.direct_done.data_ptr(), st.error.data_ptr(), timeout_ns, *delivery,
                                       cycles.data_ptr(), calib.data_ptr(), stream)
     else:
         layout = 0 if st.op == "rate" else 1
@@ -162,7 +163,8 @@ def launch(st: ProxyState, iters: int = 1, cycles=None, calib=None) -> None:
                                      st.prm["warps_per_cta"], st.prm["cmds_per_producer"], st.prm["batch"],
                                      st.size_bytes, st.prm["chunk_bytes"], st.num_regions, st.src.data_ptr(),
                                      st.dst.data_ptr(), dst_system, st.posted.data_ptr(),
-                                     st.direct_done.data_ptr(), st.error.data_ptr(), timeout_ns, stream)
+                                     st.direct_done.data_ptr(), st.error.data_ptr(), timeout_ns, *delivery,
+                                     stream)
     native.check_launch(rc, f"{st.op} kernel launch")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...comm.context import RankContext
 from ...errors import SkipCase
 from ..base import Case, Family, Param, Traffic, multiple_of, power_of_two
-from .native import MAX_CMD_BYTES, MAX_PRODUCERS, MAX_RING_SLOTS
+from .native import MAX_CMD_BYTES, MAX_POLL_DELAY_NS, MAX_PRODUCERS, MAX_RING_SLOTS
 
 MAX_CMDS_PER_PRODUCER = 1 << 20   # per iteration; far inside the kernel's uint32 per-producer counts
 MAX_TIMEOUT_MS = 600_000          # 10 minutes: past any launch's own timeout
@@ -48,6 +48,14 @@ class ProxyFamily(Family):
         "cpu_affinity": Param("all", (str,), "all: proxy threads may use every CPU of the node even when "
                               "the launcher bound the rank to one core; inherit: keep the rank's binding",
                               ("all", "inherit")),
+        "publish": Param("vec16", (str,), "how a producer publishes a command: fence (body, system fence, "
+                         "tag word), release (body, tag word with a system-scope release store), vec16 "
+                         "(the whole 16-byte command in one store)", ("fence", "release", "vec16")),
+        "head": Param("auto", (str,), "ticket counting: atomic (one atomic per reservation) or auto "
+                      "(a producer alone on its ring counts in a register)", ("atomic", "auto")),
+        "poll_delay_ns": Param(400, (int,), "latency: ns a producer waits after posting before its first read of "
+                               "the completion word (a read sent at once arrives before the proxy "
+                               "can have answered)", range=(0, MAX_POLL_DELAY_NS)),
         "inject_stall_after": Param(0, (int,), "fault injection: each proxy thread stops after N commands "
                                     "(the row must end failed, not hang); 0 = off", range=(0, MAX_STALL_AFTER)),
     }

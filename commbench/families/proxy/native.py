@@ -10,6 +10,10 @@ EXECUTORS = {"none": 0, "device": 1, "host": 1, "peer": 1}  # ack-only vs copy e
 MAX_PRODUCERS = 4096
 MAX_CMD_BYTES = ((1 << 24) - 1) * 8
 MAX_RING_SLOTS = 1 << 15
+# How a producer publishes a slot (kernels/proxy_ring.cuh Publish) and who counts a ring's tickets.
+PUBLISH = {"fence": 0, "release": 1, "vec16": 2}
+HEADS = {"atomic": 0, "auto": 1}
+MAX_POLL_DELAY_NS = 100_000
 
 _u32, _u64, _int, _vp = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
@@ -19,9 +23,9 @@ _SIGNATURES = {
     "proxy_engine_counters": (None, [_vp, ctypes.POINTER(_u64)]),
     "proxy_engine_executed": (None, [_vp, ctypes.POINTER(_u32), _u32]),
     "proxy_launch_stream": (_int, [_vp, _int, _int, _int, _u32, _u32, _u32, _u32, _u64, _u64, _u64,
-                                   _vp, _vp, _int, _vp, _vp, _vp, _u64, _vp]),
+                                   _vp, _vp, _int, _vp, _vp, _vp, _u64, _int, _int, _u32, _vp]),
     "proxy_launch_latency": (_int, [_vp, _int, _int, _u32, _u64, _vp, _vp, _int, _vp, _vp, _vp, _u64,
-                                    _vp, _vp, _vp]),
+                                    _int, _int, _u32, _vp, _vp, _vp]),
     "proxy_enable_peer": (_int, [_int, _int]),
     "proxy_error_string": (ctypes.c_char_p, [_int]),
     "proxy_selftest": (_int, [_u32, _u32, _u32, _u32, _u32, _u64, _u64, ctypes.POINTER(_u64)]),

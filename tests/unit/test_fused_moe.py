@@ -1,0 +1,129 @@
+"""The fused MoE expert kernel's block map, configuration choice and roofline on the CPU; the
+Triton kernel itself through Triton's interpreter when Triton is installed (else skipped)."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from commbench.families.moe import fused_moe_triton as fused
+from commbench.families.moe.expert_roofline import expert_roofline, tensor_tflops
+from commbench.families.moe.experts import GEMM_PATHS
+from commbench.families.moe.layer_plan import GEMMS
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+
+
+def test_block_map_cuts_each_expert_into_its_own_blocks():
+    counts = [3, 0, 20, 1, 17]
+    ends = torch.tensor(counts).cumsum(0).to(torch.int32)
+    blk_expert, blk_end, max_blocks = fused.block_map_reference(ends, 16, sum(counts))
+    # 3 -> 1 block, 0 -> none, 20 -> 2, 1 -> 1, 17 -> 2: 6 blocks, then spares mapped past the last
+    assert blk_end.tolist() == [1, 1, 3, 4, 6]
+    assert max_blocks == -(-41 // 16) + 5
+    assert blk_expert.tolist() == [0, 2, 2, 3, 4, 4, 5, 5]
+
+
+def test_configurations_follow_rows_per_expert():
+    assert fused.candidates(1024, 256) == fused.DECODE_CONFIGS
+    assert fused.candidates(256 * 30, 256) == fused.MID_CONFIGS
+    assert fused.candidates(32768, 128) == fused.PREFILL_CONFIGS
+    assert all(c.block_m >= 16 and c.block_n >= 16 and c.block_k >= 16
+               for c in fused.DECODE_CONFIGS + fused.MID_CONFIGS + fused.PREFILL_CONFIGS)
+
+
+def test_fused_is_a_gemm_path_of_the_layer():
+    assert "fused" in GEMMS and "fused" in GEMM_PATHS
+
+
+def test_roofline_counts_touched_experts_and_takes_the_larger_time():
+    # decode-like: 2 of 3 experts get rows; weights dominate
+    b = expert_roofline([4, 0, 4], hidden=1024, inter=512, hbm_gbps=4800, peak_tflops=989)
+    weights = 2 * 3 * 1024 * 512 * 2
+    assert b.bytes == weights + 2 * 8 * 1024 * 2
+    assert b.flops == 6.0 * 1024 * 512 * 8
+    assert b.bound == "hbm" and b.roofline_us == pytest.approx(b.bytes / 4.8e6)
+    # many rows per expert: the tensor cores bound it
+    c = expert_roofline([4096], hidden=4096, inter=1536, hbm_gbps=4800, peak_tflops=989)
+    assert c.bound == "compute" and c.roofline_us == pytest.approx(c.flops / 989e6)
+    assert c.pct_of(2 * c.roofline_us) == pytest.approx(50.0)
+
+
+def test_tensor_core_peaks_by_model():
+    assert tensor_tflops("NVIDIA H200") == 989.0
+    assert tensor_tflops("NVIDIA H200", "float8_e4m3") == 1979.0
+    assert tensor_tflops("NVIDIA GH200 480GB") is None
+    assert tensor_tflops("NVIDIA H100 PCIe") == 756.0
+
+
+def test_available_says_why_not_here():
+    why = fused.available()
+    if not HAS_TRITON:
+        assert "Triton" in why
+    elif not torch.cuda.is_available():
+        assert "CUDA" in why
+
+
+INTERPRETED = """
+import torch
+from commbench.families.moe import fused_moe_triton as fused
+from commbench.families.moe.experts import expert_forward, expert_weights
+from commbench.families.moe.layer_ref import token_errors
+
+H, I, counts = 64, 48, [3, 0, 20, 1, 17]
+w = [expert_weights(e, H, I) for e in range(len(counts))]
+w13 = torch.stack([a for a, _ in w])
+w2 = torch.stack([b for _, b in w])
+g = torch.Generator().manual_seed(0)
+x = (torch.randn(sum(counts), H, generator=g) * 9).to(torch.bfloat16)
+ends = torch.tensor(counts).cumsum(0).to(torch.int32)
+want = torch.empty_like(x)
+start = 0
+for e, n in enumerate(counts):
+    if n:
+        want[start:start + n] = expert_forward(x[start:start + n], w13[e], w2[e])
+    start += n
+for bm in (16, 32):
+    ref = fused.block_map_reference(ends, bm, sum(counts))
+    got = fused.block_map(ends, bm, sum(counts))
+    assert got[0].tolist() == ref[0].tolist() and got[1].tolist() == ref[1].tolist(), (got, ref)
+    assert got[2] == ref[2]
+for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2)):
+    h = fused.moe_gemm(x.half(), w13.half(), ends, True, cfg)
+    got = fused.moe_gemm(h.half(), w2.half(), ends, False, cfg)
+    print(cfg.label(), float(token_errors(got, want).max()))
+"""
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed here (the GPU machine has it)")
+def test_kernel_matches_the_reference_in_the_interpreter():
+    # Triton's CPU interpreter (a fresh process: it must be on before Triton is imported) has no
+    # bfloat16 arithmetic: run the kernel in FP16 (weights and inputs are exact in both) and
+    # compare with the BF16 torch reference
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    errors = [float(line.split()[1]) for line in done.stdout.splitlines()]
+    assert len(errors) == 2 and max(errors) < 3e-2, done.stdout
+
+
+def test_layer_columns_sum_the_micro_batches(monkeypatch):
+    from commbench.families.moe import expert_roofline as er
+    from commbench.families.moe import routing
+
+    routed = routing.generate("random", num_ranks=2, num_tokens=8, num_experts=4, topk=2, seed=0)
+    assert er.layer_columns([routed], 0, 64, 32, "cpu", 10.0) == {}   # no datasheet on a CPU
+    monkeypatch.setattr(er, "device_limits", lambda device: (4800.0, 989.0, "test"))
+    one = er.layer_columns([routed], 0, 64, 32, "cuda", 10.0)
+    two = er.layer_columns([routed, routed], 0, 64, 32, "cuda", 10.0)
+    counts = routed.tokens_per_expert()[:2].tolist()
+    assert one["expert_roofline_us"] == pytest.approx(
+        expert_roofline(counts, 64, 32, 4800.0, 989.0).roofline_us)
+    assert two["expert_roofline_us"] == pytest.approx(2 * one["expert_roofline_us"])
+    assert two["pct_of_roofline"] == pytest.approx(100 * two["expert_roofline_us"] / 10.0)
