@@ -10,17 +10,11 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from commbench.analysis.commands import accept_cmd
+from tests.unit.test_accept import RING_RULE
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "tests" / "fixtures" / "runs"
-RULE = """rules:
-  - name: ring
-    select: {op: all_reduce, backend: nccl, size_bytes: {min: 1GiB}}
-    metric: busbw_gbps
-    aggregate: min
-    op: ">="
-    value: 328
-"""
+RULE = RING_RULE   # the 8xH200 Ring floor, as the accept tests use it
 
 
 def _run(tmp_path: Path, load_1m: float) -> Path:

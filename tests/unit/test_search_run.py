@@ -11,6 +11,7 @@ import time
 import pytest
 from rich.console import Console
 
+from tests.unit.test_waves import pseudo_hosts
 from commbench.launch.search_judge import GroupJudge
 
 HOSTS = [f"h{i:02d}" for i in range(13)]
@@ -210,17 +211,12 @@ def test_search_on_local_pseudo_hosts_names_the_host_that_cannot_start(tmp_path,
     """Three names of this machine (Open MPI starts each locally) and a host that does not exist:
     `run` drives the search through real launches, `accept` names the bad host from run.json. No
     matchings: Open MPI sees the three names as one node, so a group of them cannot start."""
-    import socket
 
     from click.testing import CliRunner
 
     from commbench.cli import cli
-    from tests.conftest import has_mpiexec
 
-    if not has_mpiexec():
-        pytest.skip("no mpiexec/mpi4py on this machine")
-    hosts = [socket.gethostname(), "localhost", "127.0.0.1", "no-such-host.invalid"]
-    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    pseudo_hosts(monkeypatch)
     suite = tmp_path / "s.yaml"
     suite.write_text(textwrap.dedent("""\
         name: s

@@ -110,6 +110,23 @@ def test_estimate_from_a_previous_run():
     assert est.case_s == {"c0": 2.0} and est.launch_s == 10.0   # median of 10, 9, 30
 
 
+BAD_HOST = "no-such-host.invalid"
+
+
+def pseudo_hosts(monkeypatch) -> list[str]:
+    """Four "nodes" that are this machine under three names plus one that cannot resolve (skips
+    without mpiexec); set as COMMBENCH_HOSTS and returned."""
+    import socket
+
+    from tests.conftest import has_mpiexec
+
+    if not has_mpiexec():
+        pytest.skip("no mpiexec/mpi4py on this machine")
+    hosts = [socket.gethostname(), "localhost", "127.0.0.1", BAD_HOST]
+    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    return hosts
+
+
 def _launch_span(run, launch_id):
     """(when the launch was started: its task file written; its last progress event)."""
     import json
@@ -124,18 +141,13 @@ def test_per_node_wave_on_local_pseudo_hosts_runs_together_and_a_bad_host_fails_
     one wave of four launches; the three local ones overlap in time and succeed, the fourth fails
     with its own rows."""
     import json
-    import socket
 
     import pandas as pd
     from click.testing import CliRunner
 
     from commbench.cli import cli
-    from tests.conftest import has_mpiexec
 
-    if not has_mpiexec():
-        pytest.skip("no mpiexec/mpi4py on this machine")
-    hosts = [socket.gethostname(), "localhost", "127.0.0.1", "no-such-host.invalid"]
-    monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
+    hosts = pseudo_hosts(monkeypatch)
     suite = tmp_path / "pn.yaml"
     suite.write_text(textwrap.dedent("""\
         name: pn
