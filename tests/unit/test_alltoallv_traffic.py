@@ -118,6 +118,9 @@ def test_offset_buffers_start_past_their_allocation_and_keep_the_aliasing(op, in
         assert a.data_ptr() % 8 == 0
     heads = {a.data_ptr() + 8 for a in bufs.allocations}
     assert bufs.send.data_ptr() in heads or bufs.recv.data_ptr() in heads
+    assert bufs.recv.data_ptr() in heads   # every output starts 8 bytes past its allocation
+    if not in_place:                       # and so does a separate input
+        assert bufs.send.data_ptr() in heads and bufs.send.data_ptr() != bufs.recv.data_ptr()
     assert bufs.steps > 1
     if in_place and op == "all_gather":
         assert bufs.send.data_ptr() == bufs.recv.data_ptr() + 16 * 4   # rank 1's chunk of recv
