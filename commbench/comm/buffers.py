@@ -45,7 +45,8 @@ def _zero(buf) -> None:
         buf.fill_(0)
 
 
-def _fill(buf, rank: int, offset: int = 0) -> None:
+def fill(buf, rank: int, offset: int = 0) -> None:
+    """Rank ``rank``'s pattern (pattern.values) into ``buf``, element i holding index i + offset."""
     if _is_numpy(buf):
         import numpy as np
 
@@ -67,13 +68,18 @@ def rotation_steps(op: str, count: int, n: int, elem_bytes: int, span_bytes: int
     send and receive buffers (nccl-tests' max(sendBytes, expectedBytes)), steps how many shifted
     copies fit in the span (at least 1)."""
     spec = OPS[op]
-    shift = count * elem_bytes * max(n if spec.send_chunks else 1, n if spec.recv_chunks else 1)
-    if shift <= 0 or span_bytes <= shift:
-        return shift, 1
-    return shift, span_bytes // shift
+    return rotation(count * elem_bytes * max(n if spec.send_chunks else 1, n if spec.recv_chunks else 1),
+                    span_bytes)
 
 
-def _new(own: int, td, elem: int, device, shift_bytes: int, steps: int, offset_bytes: int, alloc_bytes,
+def rotation(shift_bytes: int, span_bytes: int) -> tuple[int, int]:
+    """(shift_bytes, steps): how many copies ``shift_bytes`` apart fit in ``span_bytes`` (at least 1)."""
+    if shift_bytes <= 0 or span_bytes <= shift_bytes:
+        return shift_bytes, 1
+    return shift_bytes, span_bytes // shift_bytes
+
+
+def new_buffer(own: int, td, elem: int, device, shift_bytes: int, steps: int, offset_bytes: int, alloc_bytes,
          pools: list, allocations: list):
     """A buffer of ``own`` elements ``offset_bytes`` past the start of its allocation (nccl-tests'
     -u misalignment), at the head of a pool of ``steps`` slices ``shift_bytes`` apart.
@@ -126,7 +132,8 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
         if torch is None:
             skip = offset_bytes // elem
             return np.empty(own + skip, dtype=td)[skip:]
-        return _new(own, td, elem, device, shift_bytes, steps, offset_bytes, alloc_bytes, pools, allocations)
+        return new_buffer(own, td, elem, device, shift_bytes, steps, offset_bytes, alloc_bytes, pools,
+                          allocations)
 
     if form == "recv_slice":        # the send buffer is this rank's chunk of the output
         recv = new(spec.recv_chunks)
@@ -140,17 +147,22 @@ def allocate(op: str, count: int, n: int, rank: int, dtype: str, device: str, in
         send, recv = new(spec.send_chunks), new(spec.recv_chunks)
     if recv is not send and form != "send_slice":
         _zero(recv)
-    _fill(send, rank)
-    for pool, own in pools:  # every slice gets the head's contents (inputs, zeroed outputs)
-        pool[1:, :own].copy_(pool[0, :own].expand(steps - 1, own))
+    fill(send, rank)
+    copy_heads(pools, steps)
     return Buffers(send, recv, recv, count, shift_bytes=shift_bytes, steps=steps, allocations=allocations)
+
+
+def copy_heads(pools: list, steps: int) -> None:
+    """Every slice of each rotation pool gets its head's contents (inputs, zeroed outputs)."""
+    for pool, own in pools:
+        pool[1:, :own].copy_(pool[0, :own].expand(steps - 1, own))
 
 
 def refill(op: str, bufs: Buffers, rank: int, in_place: bool) -> None:
     """Restore inputs before the check (timed in-place iterations overwrote them)."""
     if not in_place or OPS[op].in_place == "recv_slice":
         _zero(bufs.recv)
-    _fill(bufs.send, rank)
+    fill(bufs.send, rank)
 
 
 def expected_chunk(op: str, reduce_op: str, n: int, rank: int, count: int, start: int, stop: int, device):
@@ -170,8 +182,6 @@ def count_wrong(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype
     res = bufs.result
     if _is_numpy(res):
         return _count_wrong_numpy(op, reduce_op, bufs, n, rank, dtype)
-    import torch
-
     total = res.numel()
     wrong = 0
     for start in range(0, total, CHUNK):
@@ -179,12 +189,17 @@ def count_wrong(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype
         exp = expected_chunk(op, reduce_op, n, rank, bufs.count, start, stop, res.device)
         if exp is None:
             return 0
-        got = res[start:stop].to(torch.float64)
-        exp = exp.to(torch.float64)
-        tol = pattern.tolerance(dtype, float(exp.abs().max()) if exp.numel() else 0.0)
-        bad = ~((got - exp).abs() <= tol * exp.abs())  # NaN compares false: counted wrong
-        wrong += int(bad.sum())
+        wrong += mismatches(res[start:stop], exp, dtype)
     return wrong
+
+
+def mismatches(got, exp, dtype: str) -> int:
+    """Elements of tensor ``got`` beyond ``dtype``'s tolerance (pattern.tolerance) of ``exp``."""
+    import torch
+
+    got, exp = got.to(torch.float64), exp.to(torch.float64)
+    tol = pattern.tolerance(dtype, float(exp.abs().max()) if exp.numel() else 0.0)
+    return int((~((got - exp).abs() <= tol * exp.abs())).sum())   # NaN compares false: counted wrong
 
 
 def _count_wrong_numpy(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype: str) -> int:

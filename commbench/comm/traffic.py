@@ -10,7 +10,8 @@ A suite's ``traffic`` parameter is a generator or a file (docs/metrics.md, "allt
   (S = 0) and shares growing with the rank distance (dst - src) mod n (S = 1, its default);
 - a path ending in ``.csv`` or ``.json``: a square matrix of bytes, row = sender, column =
   receiver (at least n x n; the leading n x n is used). Its shape is kept and the sweep's size
-  sets the scale: the busiest sender sends ``size_bytes``.
+  sets the scale: the busiest sender sends ``size_bytes``. A suite's relative path is made
+  absolute from the suite file's folder when the suite is loaded (FILE_SUFFIXES).
 
 Each sender's row holds exactly ``size_bytes // elem`` elements (largest remainders round), so
 generated traffic never loses or invents bytes. Pure Python: the check and the metrics use the
@@ -24,11 +25,17 @@ from pathlib import Path
 
 DEFAULT_HOT_FACTOR = 4.0
 GENERATORS = ("uniform", "zipf", "hot_rank", "spread")
+FILE_SUFFIXES = (".csv", ".json")   # a spec ending so names a matrix file
 MAX_MATRIX_RANKS = 1 << 14
 
 
 class TrafficError(ValueError):
     """A traffic spec or matrix file that cannot be used."""
+
+
+class TooFewRanks(TrafficError):
+    """A spec this many ranks cannot have (a hot rank beyond them, a smaller matrix): the Case
+    cannot run at this rank count, as opposed to a file that is missing or malformed."""
 
 
 def spec_problem(spec: str) -> str | None:
@@ -42,7 +49,7 @@ def spec_problem(spec: str) -> str | None:
 
 def _parse(spec: str) -> tuple[str, list]:
     text = spec.strip()
-    if text.endswith((".csv", ".json")):
+    if text.endswith(FILE_SUFFIXES):
         if not Path(text).is_file():
             raise TrafficError(f"file {text} does not exist")
         return "file", [text]
@@ -80,7 +87,7 @@ def weights(spec: str, n: int) -> list[list[float]]:
     if name == "hot_rank":
         hot = int(args[0])
         if hot >= n:
-            raise TrafficError(f"hot_rank {hot} is not a rank of {n}")
+            raise TooFewRanks(f"hot_rank {hot} is not a rank of {n}")
         factor = args[1] if len(args) > 1 else DEFAULT_HOT_FACTOR
         row = [factor if d == hot else 1.0 for d in range(n)]
         return [list(row) for _ in range(n)]
@@ -117,7 +124,7 @@ def read_matrix(path: Path, n: int) -> list[list[float]]:
     if len(rows) > MAX_MATRIX_RANKS or any(len(r) != len(rows) for r in rows):
         raise TrafficError(f"{path}: the matrix must be square (rows = senders, columns = receivers)")
     if len(rows) < n:
-        raise TrafficError(f"{path}: a {len(rows)} x {len(rows)} matrix cannot describe {n} ranks")
+        raise TooFewRanks(f"{path}: a {len(rows)} x {len(rows)} matrix cannot describe {n} ranks")
     out = []
     for i, row in enumerate(rows[:n]):
         vals = []

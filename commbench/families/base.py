@@ -26,7 +26,9 @@ class Param:
 
     A numeric Param must declare ``choices`` or a ``range`` closed on both sides, or say in
     ``why_unbounded`` why a side stays open: a definition without one (or whose default it
-    refuses) raises ValueError when its module is imported."""
+    refuses) raises ValueError when its module is imported. ``file_suffixes``: a string value
+    ending in one of them names a file, and a relative one is taken from the suite file's folder
+    (made absolute when the suite is loaded)."""
 
     default: Any
     types: tuple[type, ...]
@@ -35,6 +37,7 @@ class Param:
     range: tuple[float | None, float | None] | None = None
     check: Callable[[Any], str | None] | None = None
     why_unbounded: str = ""
+    file_suffixes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         wrong = self._definition_problem()

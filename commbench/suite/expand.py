@@ -7,6 +7,8 @@ import dataclasses
 
 import itertools
 import math
+import os
+from pathlib import Path
 
 from ..families import all_families
 from ..families.base import Case, Family
@@ -304,9 +306,11 @@ def _env_lists(b: _Bench) -> dict[str, list[str]]:
     return out
 
 
-def _param_lists(b: _Bench, fam: Family, ranks_list: list[tuple[int, int | None]]) -> dict[str, list]:
+def _param_lists(b: _Bench, fam: Family, ranks_list: list[tuple[int, int | None]],
+                 base_dir: Path | None = None) -> dict[str, list]:
     """Every family parameter's values (the default when the suite does not name it). Values
-    are checked against their Param by ``fam.bench_problems``."""
+    are checked against their Param by ``fam.bench_problems``; a relative file path (a Param's
+    ``file_suffixes``) is first made absolute from ``base_dir``, the suite file's folder."""
     params = b.get("params", {}) or {}
     if not isinstance(params, dict):
         b.add("params", "must be a mapping")
@@ -320,10 +324,22 @@ def _param_lists(b: _Bench, fam: Family, ranks_list: list[tuple[int, int | None]
             b.add(f"params.{k}", "empty list")
         else:
             out[k] = as_list(v)
+    paths = {k: [_from_suite(x, fam.params[k].file_suffixes, base_dir) for x in v]
+             for k, v in out.items() if fam.params[k].file_suffixes}
+    out.update(paths)
     # the family sees ranks resolved ('all' -> the GPU count) to judge shapes against them
-    for field_name, msg in fam.bench_problems({**b.m, "ranks": [r for r, _ in ranks_list]}):
+    seen = {**b.m, "ranks": [r for r, _ in ranks_list], **({"params": {**params, **paths}} if paths else {})}
+    for field_name, msg in fam.bench_problems(seen):
         b.add(field_name, msg)
     return {k: out.get(k, [spec.default]) for k, spec in fam.params.items()}
+
+
+def _from_suite(value, suffixes: tuple[str, ...], base_dir: Path | None):
+    """A relative file path taken from the suite file's folder (other values as they are)."""
+    if base_dir is None or not isinstance(value, str) or not value.strip().endswith(suffixes):
+        return value
+    path = Path(value.strip()).expanduser()
+    return value if path.is_absolute() else os.path.normpath(Path(base_dir).absolute() / path)
 
 
 def _field_value(case: Case, field_name: str):
@@ -351,8 +367,9 @@ def _reject_values_that_never_run(b: _Bench, fam: Family, cases: list[Case]) -> 
 
 def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: str,
                  err: SuiteErrors, gpu_count: int, seen_names: set,
-                 budget: SuiteLimits | None = None) -> list[Case]:
-    """The validated Cases of one benchmark; problems go to ``err`` (then no Case is returned)."""
+                 budget: SuiteLimits | None = None, base_dir: Path | None = None) -> list[Case]:
+    """The validated Cases of one benchmark; problems go to ``err`` (then no Case is returned).
+    ``base_dir``: the suite file's folder, where relative file parameters are taken from."""
     b = _Bench(bench, defaults, where, err)
     bname = _name(b, seen_names)
     b.where = f"{where} ({bname})"
@@ -372,7 +389,7 @@ def expand_bench(bench: LineDict, defaults: LineDict, suite_name: str, where: st
     timings = _timings(b)
     profile = _profile(b)
     env_lists = _env_lists(b)
-    param_lists = _param_lists(b, fam, ranks_list)
+    param_lists = _param_lists(b, fam, ranks_list, base_dir)
     if len(err.items) > n_err:
         return []
     axes = (host_groups, ranks_list, ops, backends, dtypes, timings, *env_lists.values(),

@@ -74,7 +74,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         if not check_bench(bench, defaults, where, err, limits, gpu_count):
             continue
         suite.cases.extend(expand_bench(bench, defaults, name, where, err, gpu_count, seen_names,
-                                        budget=limits))
+                                        budget=limits, base_dir=path.parent))
     suite.cases = [label_held_switches(c) for c in suite.cases]
     _refuse_repeated_cases(suite.cases, benches, err)
     err.raise_if_any()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ... import dtypes, metrics
 from ...comm.context import RankContext
 from ...comm.ops import OPS, no_in_place_reason
-from ...comm.traffic import spec_problem
+from ...comm.traffic import FILE_SUFFIXES, spec_problem
 from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
@@ -16,7 +16,6 @@ from ..base import Case, Family, Param, Traffic
 # working set never fits in it
 ROTATION_SPAN_BYTES = 256 << 20
 MAX_OFFSET_BYTES = 4096
-RANK_TIMES = ("max", "avg", "min", "rank0")   # metrics.RANK_TIMES
 
 
 @dataclass
@@ -62,10 +61,11 @@ class Collectives(Family):
                               "allocation's alignment (nccl-tests -u; a multiple of the element size)",
                               range=(0, MAX_OFFSET_BYTES)),
         "traffic": Param("uniform", (str,), "alltoallv: uniform, zipf:S, hot_rank:R[:F], spread:S or a "
-                         ".csv/.json byte matrix (row = sender); other ops ignore it", check=spec_problem),
+                         ".csv/.json byte matrix (row = sender; a relative path is taken from the suite file's "
+                         "folder); other ops ignore it", check=spec_problem, file_suffixes=FILE_SUFFIXES),
         "rank_time": Param("max", (str,), "how the ranks' times of one iteration reduce to the row's time "
                            "(nccl-tests -a): the slowest rank, their mean, the fastest, or rank 0's",
-                           choices=RANK_TIMES),
+                           choices=tuple(metrics.RANK_TIMES)),
     }
 
     def impossible(self, case: Case) -> tuple[str, str] | None:
@@ -91,21 +91,7 @@ class Collectives(Family):
 
         world = ctx.world
         n, rank = world.size, world.rank
-        elem = dtypes.size_bytes(case.dtype)
-        layout = None
-        if case.op == "alltoallv":
-            from ...comm import traffic
-
-            try:   # a hot rank or a matrix that this many ranks cannot have: skipped, with the reason
-                matrix = traffic.counts(case.param("traffic", "uniform"), n, case.size_bytes, elem)
-            except traffic.TrafficError as exc:
-                raise SkipCase(f"traffic {case.param('traffic', 'uniform')}: {exc}") from None
-            layout = traffic.Layout(matrix, rank)
-        count = layout.send_total if layout else metrics.element_count(case.op, case.size_bytes, elem, n)
-        if count == 0:
-            raise SkipCase(f"{case.size_bytes} B is less than one {case.dtype} element per rank on {n} ranks")
-        size_bytes = (count * elem if layout else
-                      metrics.algbw_bytes(case.op, count, elem, n))   # the bytes really moved
+        layout, count, size_bytes = shape(case, n, rank)
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
         stream, native, nccl = None, None, None
@@ -222,10 +208,7 @@ class Collectives(Family):
     def traffic(self, case: Case, world_size: int) -> Traffic:
         elem = dtypes.size_bytes(case.dtype)
         if case.op == "alltoallv":   # the busiest rank's larger side, as nccl-tests' alltoallv
-            from ...comm import traffic
-
-            matrix = traffic.counts(case.param("traffic", "uniform"), world_size, case.size_bytes, elem)
-            return Traffic(traffic.algbw_elements(matrix) * elem, metrics.bus_factor(case.op, world_size))
+            return Traffic(_busiest_elements(case, world_size) * elem, metrics.bus_factor(case.op, world_size))
         count = metrics.element_count(case.op, case.size_bytes, elem, world_size)
         return Traffic(metrics.algbw_bytes(case.op, count, elem, world_size),
                        metrics.bus_factor(case.op, world_size))
@@ -240,6 +223,52 @@ class Collectives(Family):
             torch.cuda.synchronize()
             state.registration.close()
             state.registration = None
+
+
+def shape(case: Case, n: int, rank: int):
+    """(alltoallv's Layout of this rank or None, count, size_bytes): the row's count and the bytes
+    really moved. alltoallv: both are the busiest rank's larger side (what it sends or receives),
+    the same on every rank, so a rank that only receives (or neither) takes part like any other."""
+    elem = dtypes.size_bytes(case.dtype)
+    layout = alltoallv_layout(case, n, rank) if case.op == "alltoallv" else None
+    count = layout.busiest if layout else metrics.element_count(case.op, case.size_bytes, elem, n)
+    if count == 0:
+        raise SkipCase(f"{case.size_bytes} B is less than one {case.dtype} element per rank on {n} ranks")
+    return layout, count, count * elem if layout else metrics.algbw_bytes(case.op, count, elem, n)
+
+
+# (case_id, ranks, busiest elements) of the last alltoallv Case this process set up: rank 0 computes
+# the row's bandwidth after measuring from the matrix its guarded set-up read, never from a second
+# read of a traffic file (which may have changed or gone since).
+_set_up_busiest: tuple[str, int, int] | None = None
+
+
+def alltoallv_layout(case: Case, n: int, rank: int):
+    """This rank's comm.traffic.Layout of the Case's matrix, read once here, in the guarded set-up:
+    a hot rank or a matrix that n ranks cannot have skips the Case, a file that is gone or
+    malformed fails it, each row with the reason."""
+    global _set_up_busiest
+    from ...comm import traffic
+
+    spec = case.param("traffic", "uniform")
+    try:
+        matrix = traffic.counts(spec, n, case.size_bytes, dtypes.size_bytes(case.dtype))
+    except traffic.TooFewRanks as exc:
+        raise SkipCase(f"traffic {spec}: {exc}") from None
+    except traffic.TrafficError as exc:
+        raise traffic.TrafficError(f"traffic {spec}: {exc}") from None
+    layout = traffic.Layout(matrix, rank)
+    _set_up_busiest = (case.case_id, n, layout.busiest)
+    return layout
+
+
+def _busiest_elements(case: Case, n: int) -> int:
+    if _set_up_busiest is not None and _set_up_busiest[:2] == (case.case_id, n):
+        return _set_up_busiest[2]
+    from ...comm import traffic   # no set-up in this process (a plan, a test): the matrix itself
+
+    return traffic.algbw_elements(traffic.counts(case.param("traffic", "uniform"), n, case.size_bytes,
+                                                 dtypes.size_bytes(case.dtype)))
 
 
 FAMILY = Collectives()
