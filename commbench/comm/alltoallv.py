@@ -5,7 +5,7 @@ s's send buffer: every received byte is checked against its sender and place. Al
 rotation pools and the tolerance are comm.buffers'."""
 from __future__ import annotations
 
-from ..dtypes import torch_dtype
+from ..dtypes import size_bytes, torch_dtype
 from . import pattern
 from .buffers import CHUNK, Buffers, copy_heads, fill, mismatches, new_buffer, rotation
 from .traffic import Layout
@@ -17,10 +17,7 @@ def allocate(layout: Layout, rank: int, dtype: str, device: str, span_bytes: int
     Both are sized by the busiest rank's larger side, the same on every rank, so every rank's
     allocations have one size (symmetric windows are registered collectively); a rank that sends
     or receives nothing still has them."""
-    import torch
-
-    td = torch_dtype(dtype)
-    elem = torch.empty((), dtype=td).element_size()
+    td, elem = torch_dtype(dtype), size_bytes(dtype)
     size = max(layout.busiest, 1)
     shift_bytes, steps = rotation(size * elem, span_bytes)
     pools: list = []
