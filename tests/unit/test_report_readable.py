@@ -69,3 +69,17 @@ def test_trace_link_names_op_size_and_backend():
                variant="default", in_place=True)
     assert case_name(row) == "all_reduce 1MiB torch_nccl bfloat16 in place"
     assert case_name(None) == "a Case not in results.csv"
+
+
+def test_the_tables_show_the_p99_tail_where_the_rows_have_it():
+    row = dict(op="all_reduce", backend="nccl", variant="default", dtype="float32", world_size=2, in_place=False,
+               timing="events", size_bytes=1024, time_us=10.0, time_us_p90=20.0, algbw_gbps=1.0, busbw_gbps=1.0,
+               wrong=0, status="ok")
+    old = pd.DataFrame([row])   # a folder from before p99: the p90 tail
+    assert "time_us_p90" in tables.points(old).columns and "time_us_p99" not in tables.points(old).columns
+    new = pd.DataFrame([{**row, "time_us_p99": 30.0}])
+    shown = tables.points(new)
+    assert "time_us_p99" in shown.columns and "time_us_p90" not in shown.columns
+    assert shown["time_us_p99"].iloc[0] == 30.0 and tables.unstable(new)["time_us_p99"].iloc[0] == 30.0
+    mixed = pd.DataFrame([row, {**row, "size_bytes": 2048, "time_us_p99": 30.0}])   # p90 stays where p99 is not
+    assert {"time_us_p99", "time_us_p90"} <= set(tables.points(mixed).columns)

@@ -29,7 +29,7 @@ from typing import Any
 
 from commbench.analysis.bound_limits import BOUND_COLUMNS
 from commbench.errors import CommbenchError, preview
-from commbench.runfolder.schema import COLUMNS, FAMILY_COLUMNS
+from commbench.runfolder.schema import COLUMNS, FAMILY_COLUMNS, TAIL_COLUMNS
 from commbench.suite.yaml_lines import LineDict, load_yaml
 from commbench.units import parse_size
 
@@ -46,8 +46,11 @@ KNOWN_COLUMNS = set(COLUMNS) | set(FAMILY_COLUMNS) | {"nccl_algo", "nccl_proto",
                                                     "skew_us", "late_rank", "late_share", "late_gap_us", "kernel_us",
                                                     "enqueue_us", "nccl_channels", "nccl_proxy_steps", "profiled"}
 KNOWN_COLUMNS |= set(BOUND_COLUMNS)   # computed from the rows and run.json when a rule names them
+# Written since the column existed (time_us_p99: every row with per-iteration times); a run without
+# it (an older folder, an nccl-tests table imported without -I tails) has it empty
+KNOWN_COLUMNS |= set(TAIL_COLUMNS)
 LOCALIZE_KEYS = {"min_excess_pct", "min_share", "z_threshold", "pair_metric", "pair_min_excess_us"}
-PAIR_METRICS = ("time_us", "time_us_min", "time_us_p90", "time_us_max")
+PAIR_METRICS = ("time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max")
 
 
 # The unit of a metric column, from a word of its name (docs/results.md): time_us_p90 is in us.
@@ -299,10 +302,17 @@ def check_columns(ruleset: RuleSet, columns) -> None:
 
 def with_derived_columns(run, ruleset: RuleSet):
     """The run (a runfolder.reader.Run, or None) with the columns its rules name that are computed
-    rather than stored: the bounds (bound_gbps, pct_of_bound, ...; analysis/bounds.py)."""
+    rather than stored: the bounds (bound_gbps, pct_of_bound, ...; analysis/bounds.py); and a tail
+    column the run's rows predate, empty (a rule on it then fails as an empty metric)."""
     named = {r.metric for r in ruleset.rules} | {col for r in ruleset.rules for col, _ in r.select.terms}
-    if run is None or not named & set(BOUND_COLUMNS):
+    if run is None:
         return run
-    from commbench.analysis.bounds import with_bounds
+    results = run.results
+    missing = [c for c in TAIL_COLUMNS if c in named and c not in results.columns]
+    if missing:
+        results = results.assign(**{c: math.nan for c in missing})
+    if named & set(BOUND_COLUMNS):
+        from commbench.analysis.bounds import with_bounds
 
-    return dataclasses.replace(run, results=with_bounds(run.results, run.meta))
+        results = with_bounds(results, run.meta)
+    return run if results is run.results else dataclasses.replace(run, results=results)

@@ -55,11 +55,20 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def tail_columns(df: pd.DataFrame) -> list[str]:
+    """The tail beside the median: time_us_p99 where the rows have it, time_us_p90 for rows
+    without it (older folders, nccl-tests tables imported without -I)."""
+    p99 = "time_us_p99" in df.columns and df["time_us_p99"].notna().any()
+    if not p99:
+        return ["time_us_p90"]
+    return ["time_us_p99"] + (["time_us_p90"] if df["time_us_p99"].isna().any() else [])
+
+
 def points(df: pd.DataFrame) -> pd.DataFrame:
     """All rows in reading order with sizes as labels (the 'tables' section)."""
     cols = [c for c in ("run", "op", "backend", "variant", "dtype", "in_place", "world_size", "timing")
             if c in df.columns]
-    shown = cols + ["size", "time_us", "time_us_p90", "algbw_gbps", "busbw_gbps", "wrong", "status"]
+    shown = cols + ["size", "time_us", *tail_columns(df), "algbw_gbps", "busbw_gbps", "wrong", "status"]
     out = df.sort_values(cols + ["size_bytes"]).copy()
     out["size"] = out["size_bytes"].map(lambda s: format_size(int(s)) if pd.notna(s) else "")
     return out[[c for c in shown if c in out.columns]].reset_index(drop=True)
@@ -72,7 +81,9 @@ def unstable(df: pd.DataFrame, factor: float = UNSTABLE_P90_OVER_MEDIAN, params=
         return ok.iloc[0:0]
     bad = ok[(ok["time_us"] > 0) & (ok["time_us_p90"] > factor * ok["time_us"])].copy()
     bad["p90_over_median"] = (bad["time_us_p90"] / bad["time_us"]).round(2)
-    return _brief(bad, ["time_us", "time_us_p90", "p90_over_median"], df, params)
+    p99 = ["time_us_p99"] if "time_us_p99" in tail_columns(ok) else []
+    shown = ["time_us", "time_us_p90", "p90_over_median", *p99]
+    return _brief(bad, shown, df, params)
 
 
 def wrong_rows(df: pd.DataFrame, params=()) -> pd.DataFrame:
