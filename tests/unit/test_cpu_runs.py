@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from commbench import metrics
 from commbench.cli import cli
-from commbench.runfolder.reader import load, load_samples
+from commbench.runfolder.reader import load, load_run, load_samples
 from tests.conftest import needs_mpi
 
 pytestmark = needs_mpi
@@ -105,6 +105,19 @@ def test_run_json_metadata_is_filtered(run_dir):
     assert "PATH" not in meta["env"]
     assert meta["launches"][0]["status"] == "ok"
     assert (run_dir / "suite.yaml").exists() and (run_dir / "plan.json").exists()
+
+
+def test_results_csv_has_no_bound_columns_to_leave_empty(run_dir):
+    """Bounds are computed when a run is read (report, accept, compare: analysis/bounds.py), so
+    the written header has none of their columns, and reading adds them from run.json."""
+    from commbench.analysis.bound_limits import BOUND_COLUMNS
+    from commbench.analysis.bounds import with_bounds
+
+    header = (run_dir / "results.csv").read_text().splitlines()[0].split(",")
+    assert not set(BOUND_COLUMNS) & set(header)
+    run = load_run(run_dir)
+    read = with_bounds(run.results, run.meta)
+    assert read["bound_reason"].astype(bool).all()   # a CPU run: no bound, and each row says why
 
 
 def test_plots_written(run_dir):

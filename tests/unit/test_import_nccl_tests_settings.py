@@ -260,3 +260,21 @@ def test_real_machine_bounds_a_one_gpu_broadcast_by_its_hbm(tmp_path):
     assert 50 < big["pct_of_bound"] <= 105
     ar, *_ = convert([REAL / "ar_R2.json"], machine=REAL / "info-h200.json")
     assert all(r["bound_gbps"] is None and r["bound_reason"] for r in ar)   # 1-rank all_reduce: no bus
+
+
+def test_bounds_written_by_an_import_are_what_reading_computes(tmp_path):
+    """--machine is the one writer of bound columns (the machine is known when the rows are
+    written): each row has a bound or the reason it has none, the same as computed on reading."""
+    import csv
+
+    from commbench.analysis.bounds import with_bounds
+
+    out = tmp_path / "imp"
+    import_files([FX / "nccl_tests" / "broadcast_perf.txt"], out, machine=REAL / "info-h200.json")
+    written = list(csv.DictReader((out / "results.csv").open()))
+    assert all(r["bound_gbps"] or r["bound_reason"] for r in written)
+    run = load_run(out)
+    read = with_bounds(run.results.drop(columns=["bound_gbps", "bound_link", "bound_reason", "pct_of_bound"]),
+                       run.meta)
+    assert [r["bound_gbps"] for r in written] == ["" if v != v else f"{v:g}" for v in read["bound_gbps"]]
+    assert [r["bound_reason"] for r in written] == list(read["bound_reason"])
