@@ -339,7 +339,7 @@ def _from_suite(value, suffixes: tuple[str, ...], base_dir: Path | None):
     if base_dir is None or not isinstance(value, str) or not value.strip().endswith(suffixes):
         return value
     path = Path(value.strip()).expanduser()
-    return value if path.is_absolute() else os.path.normpath(Path(base_dir).absolute() / path)
+    return str(path) if path.is_absolute() else os.path.normpath(Path(base_dir).absolute() / path)
 
 
 def _field_value(case: Case, field_name: str):
