@@ -36,15 +36,7 @@ MAX_INT = 1 << 63
 
 def case_id_problem(case_id) -> str | None:
     """Why ``case_id`` cannot name a file inside the run folder (None: it can)."""
-    if not isinstance(case_id, str) or not case_id:
-        return "it is empty or not text"
-    if len(case_id.encode("utf-8", "surrogatepass")) > CASE_ID_MAX_BYTES:
-        return f"it is longer than {CASE_ID_MAX_BYTES} bytes"
-    if "/" in case_id or "\\" in case_id or case_id.startswith(".") or ".." in case_id:
-        return "it holds a path separator or '..', or starts with '.'"
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in case_id):
-        return "it holds NUL or another control character"
-    return None
+    return files.name_problem(case_id, CASE_ID_MAX_BYTES, hidden=False)
 
 
 def _drop_cut_line(run_dir: Path, rel: str) -> None:
