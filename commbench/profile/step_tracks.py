@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..measure import step_split
+from .. import spans
 from ..runfolder import step_timelines
 
 TID_STEPS, TID_EXPOSED, TID_KIND = 50, 51, {"comm": 60, "compute": 70, "copy": 80}
@@ -24,10 +24,9 @@ TRACK_STREAMS = 10   # tracks per kind before the rest share the last one
 
 
 def exposed_spans(intervals: list[dict]) -> list[tuple[float, float]]:
-    """Communication time with no compute or copy running (the spans, merged), as step_split
-    counts exposed_comm_us."""
-    return step_split.subtract(step_split.spans_of(intervals, "comm"),
-                               step_split.spans_of(intervals, "compute", "copy"))
+    """Communication time with no compute or copy running (the spans, merged), counted as the
+    rows' exposed_comm_us is (commbench/spans.py)."""
+    return spans.subtract(spans.spans_of(intervals, "comm"), spans.spans_of(intervals, "compute", "copy"))
 
 
 def _x(name: str, pid: int, tid: int, start: float, end: float, cat: str, args: dict) -> dict:
