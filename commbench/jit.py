@@ -107,14 +107,22 @@ def build(name: str, *, flags: list[str] | None = None, arch: str | None = None,
     target = cache_dir() / f"{name}-{arch}-{key}.so"
     if target.exists():
         return target
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=cache_dir())
+    return compile_into(target, lambda out: [find_nvcc(), "-O3", "-std=c++17", f"-arch={arch}", "-shared",
+                                             "-Xcompiler", "-fPIC", f"-I{kernels_dir()}", *flags, str(source),
+                                             "-o", out, *libs], f"nvcc failed for {source.name}")
+
+
+def compile_into(target: Path, argv_for, failure: str) -> Path:
+    """Run the compiler ``argv_for(temporary path)`` writes with, then rename its output to
+    ``target``: processes building the same library at once never load half a file. A failed
+    build leaves nothing and raises JitError (``failure``, the command, the compiler's words)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}-", suffix=target.suffix, dir=target.parent)
     os.close(fd)
-    cmd = [find_nvcc(), "-O3", "-std=c++17", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
-           f"-I{kernels_dir()}", *flags, str(source), "-o", tmp, *libs]
+    cmd = argv_for(tmp)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         Path(tmp).unlink(missing_ok=True)
-        raise JitError(f"nvcc failed for {source.name} ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
+        raise JitError(f"{failure} ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
     os.replace(tmp, target)
     return target
 

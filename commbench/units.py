@@ -1,4 +1,4 @@
-"""Sizes with units: parse '64KiB' -> 65536, format 65536 -> '64KiB'."""
+"""Sizes and durations with units: parse '64KiB' -> 65536, format 65536 -> '64KiB'; '8h' -> 28800 s."""
 from __future__ import annotations
 
 import re
@@ -49,18 +49,19 @@ def format_size(num_bytes: int) -> str:
     return f"{num_bytes}B"
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION_RE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*([smhd]?)\s*$")
+_DURATION_UNITS = {"ms": 1e-3, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"^\s*(\d{1,9}(?:\.\d{1,6})?)\s*(ms|min|[smhd]?)\s*$")
 
 
-def parse_duration(value) -> float:
-    """Seconds from a duration such as '8h', '30m', '90s', '1.5h' or a bare number of seconds."""
+def parse_duration(value, *, allow_zero: bool = False) -> float:
+    """Seconds from a duration such as '8h', '30m', '90s', '1.5h', '500ms' or a bare number of
+    seconds. Zero is refused unless ``allow_zero`` (a cost may be nothing; a time limit may not)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"expected a duration such as '8h', '30m' or '90s', got {preview(value)}")
     m = _DURATION_RE.match(str(value).lower())
     if not m:
-        raise ValueError(f"bad duration {preview(value)}: use a number with s, m, h or d (8h, 30m, 90s)")
+        raise ValueError(f"bad duration {preview(value)}: use a number with ms, s, m, h or d (8h, 30m, 90s)")
     seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
-    if seconds <= 0:
+    if seconds == 0 and not allow_zero:
         raise ValueError(f"a duration must be above 0 s, got {preview(value)}")
     return seconds

@@ -1,7 +1,8 @@
 """`run --duration 8h` (or the suite key ``duration:``): burn-in. The suite runs pass after pass
 into ONE run folder until the duration is over (checked at pass boundaries), each pass a --resume
-of the folder; when a pass ends its rows are stamped with ``pass`` and ``pass_utc`` (docs/results.md),
-and the next pass measures every Case again. Ctrl-C stamps the rows of the pass it cut short."""
+of the folder; when a pass ends its rows are stamped with ``pass`` and ``pass_utc`` and its samples
+with ``pass`` (docs/results.md), and the next pass measures every Case again. Ctrl-C stamps the
+rows and samples of the pass it cut short."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from ..errors import CommbenchError
 from ..runfolder import RunFolder
+from ..runfolder.samples_kept import stamp_samples
 from ..runfolder.schema import PASS_COLUMN, PASS_UTC_COLUMN
 from ..runfolder.writer import atomic_write
 from ..units import parse_duration
@@ -45,10 +47,12 @@ def last_pass(out: Path) -> tuple[int, bool]:
 
 def stamp_pass(folder: RunFolder, pass_no: int, pass_utc: str) -> int:
     """Stamp every unstamped row of results.jsonl with ``pass_no`` and ``pass_utc`` (atomically)
-    and mirror the CSV; the number of rows stamped. The caller holds the folder."""
+    and mirror the CSV, and every unstamped sample with ``pass_no``; the number of rows stamped.
+    The caller holds the folder."""
     path = folder.path / "results.jsonl"
     if not path.exists():
         return 0
+    stamp_samples(folder.path, pass_no)   # first: a kill between the two leaves rows to stamp again
     lines, stamped = [], 0
     for raw in path.read_bytes().splitlines():
         try:

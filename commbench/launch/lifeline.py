@@ -16,27 +16,16 @@ import threading
 import time
 from typing import Mapping
 
+from .. import procs
+
 PARENT_VAR = "COMMBENCH_PARENT"   # "host pid start-time" of the commbench that launched the ranks
 PARENT_GONE_EXIT = 86              # a rank's exit status when its commbench went away
 _PR_SET_PDEATHSIG = 1
 
 
-def start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or None
-    when there is no such live process (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
-
-
 def parent_token() -> str:
     """What the ranks are told about this process (PARENT_VAR's value)."""
-    return f"{socket.gethostname()} {os.getpid()} {start_time(os.getpid()) or '-'}"
+    return f"{socket.gethostname()} {os.getpid()} {procs.start_ticks(os.getpid()) or '-'}"
 
 
 def alive(token: str) -> bool:
@@ -45,8 +34,9 @@ def alive(token: str) -> bool:
         _host, pid, started = token.split()
     except ValueError:
         return True
-    now = start_time(int(pid)) if pid.isdigit() else None
-    return now is not None and (started == "-" or now == started)
+    if not pid.isdigit() or not (started == "-" or started.isdigit()):
+        return False
+    return procs.runs(int(pid), None if started == "-" else int(started))
 
 
 def watch_parent(env: Mapping[str, str] | None = None, interval_s: float = 0.5) -> bool:

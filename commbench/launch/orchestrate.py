@@ -1,7 +1,6 @@
 """`commbench run`: plan a suite, start each launch group, supervise, store, plot, summarise."""
 from __future__ import annotations
 
-import json
 import threading
 import time
 from contextlib import nullcontext
@@ -18,6 +17,7 @@ from .extras import require_torch_for
 from .failure_hosts import on_hosts
 from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported, settled_row,
                       variant_env)
+from .rank_records import merge_rank_records
 from .search_run import run_search
 from .supervise import run_launch
 from .waves import WaveState, pending_waves, plan_waves, run_wave, wave_timeout_s, waves_on
@@ -85,7 +85,7 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
             _run_wave(folder, meta, [(l, [c for c in l.case_ids if c not in done]) for l in wave],
                       by_id, display, index, total, limit_s)
     close_meta(meta)
-    _merge_hosts(folder, meta)
+    merge_rank_records(folder, meta)
     folder.write_meta(meta)
     if finish is not None:
         finish(folder, console)
@@ -160,7 +160,7 @@ def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, displa
         folder.rewrite_csv()
     if shown:
         display.wave(None, [])
-    _merge_hosts(folder, meta)
+    merge_rank_records(folder, meta, [launch.launch_id for launch, _pending in launches])
     folder.write_meta(meta)
     errors = [r.error for r in results if r.error is not None]
     if errors:   # StorageFull, an interrupt, a broken folder: the run stops after the whole wave
@@ -279,29 +279,3 @@ def _locked(fn, lock):
         with lock:
             return fn(*args)
     return call
-
-
-def _merge_hosts(folder: RunFolder, meta: dict) -> None:
-    hosts, seen = set(), {}
-    for p in sorted((folder.path / "logs").glob("launch-*.hosts.json")):
-        try:
-            info = json.loads(p.read_text())
-            hosts.update(info["hosts"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        if "kill_switches_seen" in info:  # what each rank saw, per launch (DESIGN section 7)
-            seen[p.name.split(".")[0]] = info["kill_switches_seen"]
-    if hosts:
-        meta["hosts"] = sorted(hosts)
-    if seen:
-        meta["kill_switches_seen_by_ranks"] = seen
-    sharing = {}
-    for p in sorted((folder.path / "logs").glob("launch-*.gpus.json")):
-        try:
-            sharing[p.name.split(".")[0]] = json.loads(p.read_text())
-        except ValueError:
-            continue
-    if sharing:   # per launch: ranks per GPU and the NCCL host identity of each sharing rank
-        meta["gpu_binding"] = sharing
-
-

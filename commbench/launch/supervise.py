@@ -100,53 +100,66 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
     Returns (timed-out case id or None, case in progress when it ended or None)."""
     current, current_t = None, time.time()
     started_at = current_t - 1.0  # file mtimes may be coarser than time.time()
-    while True:
-        rc = proc.poll()
-        events, offset = _read_events(progress, offset)
-        for ev in events:
-            if ev["event"] == "start":
-                current, current_t = ev["case_id"], ev["t"]
-                started.append(current)
-            elif ev["event"] == "done":
-                finished.append(ev["case_id"])
-                current, current_t = None, ev["t"]
-            if on_event:
-                on_event(ev)
-        if rc is not None:
-            return None, current
-        if cancel is not None and cancel.is_set():
-            raise KeyboardInterrupt   # the wave was interrupted: kill this launch like Ctrl-C
-        limit = timeouts.get(current, 0) if current else (
-            STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
-        over = deadline is not None and time.time() >= deadline   # the wave's time limit
-        if over or time.time() - current_t > limit:
-            timed_out = current or _next_case(task, finished)
-            # What rank 0 stores from now on comes after the verdict (a stopped rank woken by the
-            # kill may still finish the Case): it is cut off once every rank is dead.
-            marks = None if shared else storage_marks(run_dir)
-            _dump_stacks(run_dir, task["launch_id"], since=started_at)
-            _kill(proc)
-            if marks is not None:
-                truncate_to(run_dir, marks)
-            why = "at the wave time limit" if over else f"after {limit:.0f} s without progress"
-            log.write(f"\n=== commbench: killed {why} (case {timed_out})\n")
-            return timed_out, current
-        _wait_exit(proc, POLL_S)
+    with ExitWatch(proc) as exit_watch:   # one pidfd for the whole watch
+        while True:
+            rc = proc.poll()
+            events, offset = _read_events(progress, offset)
+            for ev in events:
+                if ev["event"] == "start":
+                    current, current_t = ev["case_id"], ev["t"]
+                    started.append(current)
+                elif ev["event"] == "done":
+                    finished.append(ev["case_id"])
+                    current, current_t = None, ev["t"]
+                if on_event:
+                    on_event(ev)
+            if rc is not None:
+                return None, current
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt   # the wave was interrupted: kill this launch like Ctrl-C
+            limit = timeouts.get(current, 0) if current else (
+                STARTUP_GRACE_S + timeouts.get(_next_case(task, finished), 0))
+            over = deadline is not None and time.time() >= deadline   # the wave's time limit
+            if over or time.time() - current_t > limit:
+                timed_out = current or _next_case(task, finished)
+                # What rank 0 stores from now on comes after the verdict (a stopped rank woken by the
+                # kill may still finish the Case): it is cut off once every rank is dead.
+                marks = None if shared else storage_marks(run_dir)
+                _dump_stacks(run_dir, task["launch_id"], since=started_at)
+                _kill(proc)
+                if marks is not None:
+                    truncate_to(run_dir, marks)
+                why = "at the wave time limit" if over else f"after {limit:.0f} s without progress"
+                log.write(f"\n=== commbench: killed {why} (case {timed_out})\n")
+                return timed_out, current
+            exit_watch.wait(POLL_S)
 
 
-def _wait_exit(proc: subprocess.Popen, timeout_s: float) -> None:
-    """Sleep up to ``timeout_s``; wake at once when the launcher exits (Linux pidfd): a launch's
-    end is seen when it happens, not up to a poll interval later (a wave waits for its slowest
-    launch). Elsewhere, or for a launcher already reaped, a plain sleep."""
-    try:
-        exited = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        time.sleep(timeout_s)
-        return
-    try:
-        select.select([exited], [], [], timeout_s)
-    finally:
-        os.close(exited)
+class ExitWatch:
+    """Sleep up to a poll interval, waking at once when the launcher exits (Linux pidfd): a
+    launch's end is seen when it happens, not up to a poll interval later (a wave waits for its
+    slowest launch). The pidfd is opened once per launcher, not at every poll. Elsewhere, or for
+    a launcher already reaped, a plain sleep."""
+
+    def __init__(self, proc: subprocess.Popen):
+        try:
+            self.fd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def wait(self, timeout_s: float) -> None:
+        if self.fd is None:
+            time.sleep(timeout_s)
+        else:
+            select.select([self.fd], [], [], timeout_s)
+
+    def __enter__(self) -> "ExitWatch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _next_case(task: dict, finished: list[str]) -> str | None:

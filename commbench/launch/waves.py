@@ -8,11 +8,14 @@ waits on its launcher process); a job that raises ends as its own error, never t
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
+
+from ..units import parse_duration
 
 
 WAVES_VAR = "COMMBENCH_WAVES"   # "0": every launch a wave alone, as before waves (for comparisons)
@@ -28,7 +31,6 @@ def wave_timeout_s(suite_path) -> float | None:
 
     from ..errors import CommbenchError
     from ..suite.yaml_lines import load_yaml
-    from ..units import parse_duration
 
     given = os.environ.get(WAVE_TIMEOUT_VAR, "").strip()
     where = WAVE_TIMEOUT_VAR
@@ -163,19 +165,43 @@ class Estimate:
         return self.launch_s + sum(self.case_s.get(cid, 0.0) for cid in launch.case_ids)
 
 
-def estimate_from_run(meta: dict, rows: list[dict], source: str) -> Estimate:
+def estimate_from_run(meta: dict, rows: list[dict], source: str, where: str = "run.json") -> Estimate:
     """From a previous run folder: each Case's time (time_us x (warmup + iters) of its row) and
     the per-launch cost, the median over its launches of wall_s less their Cases' time (a
-    launch's rows name its log)."""
+    launch's rows name its log). A run.json (``where``) whose launches are not launch records is
+    a RunFolderError naming it; a row without numbers prices nothing."""
     case_s, by_log = {}, {}
     for r in rows:
-        t_us, n = r.get("time_us"), (r.get("warmup") or 0) + (r.get("iters") or 0)
-        if isinstance(t_us, (int, float)) and n:
+        t_us, n = r.get("time_us"), _number(r.get("warmup")) + _number(r.get("iters"))
+        if _number(t_us) and n and isinstance(r.get("case_id"), str):
             case_s[r["case_id"]] = float(t_us) * n / 1e6
             by_log[r.get("log")] = by_log.get(r.get("log"), 0.0) + case_s[r["case_id"]]
     costs = [max(0.0, float(l["wall_s"]) - by_log.get(l.get("log"), 0.0))
-             for l in meta.get("launches", []) if l.get("wall_s")]
+             for l in _launch_records(meta, where) if l.get("wall_s")]
     return Estimate(statistics.median(costs) if costs else 0.0, case_s, source)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _number(value) -> float:
+    """A finite number, else 0 (a row's cell that is missing or damaged)."""
+    return float(value) if _is_number(value) else 0.0
+
+
+def _launch_records(meta: dict, where: str) -> list[dict]:
+    from ..errors import RunFolderError, preview
+
+    launches = meta.get("launches", [])
+    if not isinstance(launches, list):
+        raise RunFolderError(f"{where}: launches {preview(launches)} is not a list of launch records "
+                             "(the file is damaged or not commbench's)")
+    for i, l in enumerate(launches):
+        if not isinstance(l, dict) or not (l.get("wall_s") is None or _is_number(l["wall_s"])):
+            raise RunFolderError(f"{where}: launches[{i}] {preview(l)} is not a launch record with wall_s "
+                                 "in seconds (the file is damaged or not commbench's)")
+    return launches
 
 
 def schedule_lines(launches: Sequence, estimate: Estimate | None) -> list[str]:
@@ -243,25 +269,6 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def parse_duration_s(text: str) -> float:
-    """'15s', '2m', '1.5h' or a plain number of seconds."""
-    t = str(text).strip().lower()
-    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-    for suffix in sorted(scale, key=len, reverse=True):
-        if t.endswith(suffix) and t[: -len(suffix)].strip():
-            t_num, factor = t[: -len(suffix)], scale[suffix]
-            break
-    else:
-        t_num, factor = t, 1.0
-    try:
-        value = float(t_num) * factor
-    except ValueError:
-        raise ValueError(f"{text!r} is not a duration (write e.g. 15s, 2m, 1h)") from None
-    if value < 0:
-        raise ValueError(f"{text!r}: a duration cannot be negative")
-    return value
-
-
 def price(launches: Sequence, launch_cost: str | None = None, estimate_from=None) -> list[str]:
     """``schedule_lines`` with the estimate the user asked for: a per-launch cost (`--launch-cost`),
     or a previous run folder's launches and Case times (`--estimate-from`), or none (no times)."""
@@ -270,9 +277,9 @@ def price(launches: Sequence, launch_cost: str | None = None, estimate_from=None
         from ..runfolder import RunFolder, read_meta
 
         estimate = estimate_from_run(read_meta(estimate_from), RunFolder(estimate_from).latest_rows(),
-                                     f"estimated from {estimate_from}")
-    if launch_cost is not None:
-        cost = parse_duration_s(launch_cost)
+                                     f"estimated from {estimate_from}", f"{estimate_from}/run.json")
+    if launch_cost is not None:   # a ValueError from here on is --launch-cost's (the CLI names it)
+        cost = parse_duration(launch_cost, allow_zero=True)
         estimate = (Estimate(cost, estimate.case_s, f"{estimate.source}, --launch-cost {launch_cost}")
                     if estimate else Estimate(cost, {}, f"--launch-cost {launch_cost} per launch"))
     return schedule_lines(launches, estimate)

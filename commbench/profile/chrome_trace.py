@@ -144,15 +144,16 @@ def _nccl_events(tasks, rank: int, common, lanes: _Lanes) -> list[dict]:
     return out
 
 
-def case_trace(run_dir: Path, case_id: str) -> dict:
-    """The Chrome-trace document of one Case (raises TraceError when the run lacks its data)."""
+def case_trace(run_dir: Path, case_id: str, warn=None) -> dict:
+    """The Chrome-trace document of one Case (raises TraceError when the run lacks its data);
+    ``warn(message)`` hears of a per-rank file's cut last line, left out."""
     run_dir = Path(run_dir)
-    lines = timeline_files.load_case_lines(run_dir)
+    lines = timeline_files.load_case_lines(run_dir, warn)
     if case_id not in lines:
         raise TraceError(f"{run_dir}: no per-rank data for Case {case_id} (traces/cases.jsonl has "
                          f"{len(lines)} Case(s); per-rank data is written for Cases run by this version)")
     info = lines[case_id]
-    timeline = timeline_files.load_timeline(run_dir)
+    timeline = timeline_files.load_timeline(run_dir, warn)
     timeline = timeline[timeline["case_id"] == case_id]
     listed = {int(r["rank"]) for r in info["ranks"]}
     drawn = {int(x) for x in timeline["rank"].unique()}
@@ -206,22 +207,24 @@ def _ranks(ranks: set[int]) -> str:
     return ", ".join(map(str, shown[:8])) + (" ..." if len(shown) > 8 else "")
 
 
-def write_case_traces(run_dir: Path, case_ids: list[str] | None = None, out: Path | None = None) -> list[Path]:
+def write_case_traces(run_dir: Path, case_ids: list[str] | None = None, out: Path | None = None,
+                      warn=None) -> list[Path]:
     """Write traces/chrome/<case_id>.json for the given Cases (default: every Case with per-rank data).
 
-    Every trace is built before the first is written, so a damaged Case writes nothing."""
+    Every trace is built before the first is written, so a damaged Case writes nothing; a per-rank
+    file whose last line was cut is read without it (``warn(message)`` is told)."""
     run_dir = Path(run_dir)
     for cid in case_ids or ():
         problem = timeline_files.case_id_problem(cid)
         if problem:
             raise TraceError(f"--case {cid[:80]!r}: not a case id: {problem}")
-    ids = case_ids or list(timeline_files.load_case_lines(run_dir))
+    ids = case_ids or list(timeline_files.load_case_lines(run_dir, warn))
     if not ids:
         raise TraceError(f"{run_dir}: no per-rank data (traces/cases.jsonl) to build traces from")
     docs = []
     for cid in ids:
         try:
-            docs.append((cid, case_trace(run_dir, cid)))
+            docs.append((cid, case_trace(run_dir, cid, warn)))
         except TraceDataError:
             raise
         except TraceError:

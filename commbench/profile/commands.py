@@ -18,5 +18,12 @@ def trace_cmd(run_dir: Path, case_ids: tuple[str, ...], out: Path | None):
     from .chrome_trace import write_case_traces
 
     load_run(run_dir)   # a clear error when RUN is not a run folder
-    for path in write_case_traces(run_dir, list(case_ids) or None, out):
+    told: set[str] = set()
+
+    def warn(message: str) -> None:   # each Case reads the files again: say it once
+        if message not in told:
+            told.add(message)
+            click.echo(f"warning: {message}", err=True)
+
+    for path in write_case_traces(run_dir, list(case_ids) or None, out, warn):
         click.echo(str(path))

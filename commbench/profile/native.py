@@ -11,11 +11,10 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ..jit import JitError, cache_dir, kernels_dir
+from ..jit import JitError, cache_dir, compile_into, kernels_dir
 
 
 @lru_cache(maxsize=None)
@@ -67,12 +66,5 @@ def build_library(folder: str, lib_name: str, *, includes=(), libs=()) -> Path:
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=target.parent)
-    os.close(fd)
-    cmd = argv(compiler, sources, tmp, lib_name=lib_name, includes=includes, libs=libs)
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        Path(tmp).unlink(missing_ok=True)
-        raise JitError(f"building {lib_name} failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
-    os.replace(tmp, target)
-    return target
+    return compile_into(target, lambda out: argv(compiler, sources, out, lib_name=lib_name, includes=includes,
+                                                 libs=libs), f"building {lib_name} failed")

@@ -16,37 +16,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import spans
 from ..runfolder import step_timelines
 
 TID_STEPS, TID_EXPOSED, TID_KIND = 50, 51, {"comm": 60, "compute": 70, "copy": 80}
 TRACK_STREAMS = 10   # tracks per kind before the rest share the last one
 
 
-def _union(spans) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for s, e in sorted(sp for sp in spans if sp[1] > sp[0]):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def exposed_spans(intervals: list[dict]) -> list[tuple[float, float]]:
-    """Communication time with no compute or copy running (the spans, merged)."""
-    work = _union((iv["start_us"], iv["end_us"]) for iv in intervals if iv["kind"] != "comm")
-    out = []
-    for s, e in _union((iv["start_us"], iv["end_us"]) for iv in intervals if iv["kind"] == "comm"):
-        cur = s
-        for ws, we in work:
-            if we <= cur or ws >= e:
-                continue
-            if ws > cur:
-                out.append((cur, ws))
-            cur = max(cur, we)
-        if cur < e:
-            out.append((cur, e))
-    return out
+    """Communication time with no compute or copy running (the spans, merged), counted as the
+    rows' exposed_comm_us is (commbench/spans.py)."""
+    return spans.subtract(spans.spans_of(intervals, "comm"), spans.spans_of(intervals, "compute", "copy"))
 
 
 def _x(name: str, pid: int, tid: int, start: float, end: float, cat: str, args: dict) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import RunFolderError, preview
 from . import files
-from .schema import COLUMNS, SCHEMA_VERSION, STATUSES
+from .schema import COLUMNS, PASS_COLUMN, SCHEMA_VERSION, STATUSES
 
 MAX_FILE_BYTES = 256 * 1024 * 1024     # COMMBENCH_MAX_RUN_FILE_BYTES lifts it
 SIZE_VAR = "COMMBENCH_MAX_RUN_FILE_BYTES"
@@ -122,6 +122,8 @@ def check_samples(path: Path, df, lines: array) -> None:
     _numbers(path, df, "time_us", lines, required=True)
     for col in SAMPLE_INTEGER:
         _numbers(path, df, col, lines, required=True, integer=True)
+    if PASS_COLUMN in df.columns:   # a burn-in's pass: empty until the pass ends
+        _numbers(path, df, PASS_COLUMN, lines, integer=True)
 
 
 def _numbers(path: Path, df, col: str, lines: array, *, required: bool = False, integer: bool = False) -> None:

@@ -34,17 +34,28 @@ class LinkRefused(RunFolderError):
     """A symbolic link inside a run folder: commbench never follows one."""
 
 
+def name_problem(name, max_bytes: int = NAME_MAX_BYTES, *, hidden: bool = True) -> str | None:
+    """Why ``name`` cannot be one file name inside a run folder (None: it can). ``hidden``: a name
+    may start with '.' (the folder's own temporary and lock files do; a case id may not)."""
+    if not isinstance(name, str) or not name:
+        return "it is empty or not text"
+    if len(name.encode("utf-8", "surrogatepass")) > max_bytes:
+        return f"it is longer than {max_bytes} bytes"
+    if "/" in name or "\\" in name or name in (".", "..") or (not hidden and name.startswith(".")):
+        return "it holds a path separator, is '.' or '..'" + ("" if hidden else ", or starts with '.'")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return "it holds NUL or another control character"
+    return None
+
+
 def safe_name(name) -> str:
     """``name`` as one file name inside a run folder, or RunFolderError: a name read from the
     folder's own files (a case id, a launch id) must never leave it or hide a control character."""
     text = name if isinstance(name, str) else str(name)
-    bad = (not text or text in (".", "..") or "/" in text or "\\" in text
-           or any(ord(ch) < 32 or ord(ch) == 127 for ch in text)
-           or len(text.encode("utf-8", "replace")) > NAME_MAX_BYTES)
-    if bad:
-        raise RunFolderError(f"{preview(text)} cannot be a file name inside a run folder (no separators, "
-                             f"'..', control characters, at most {NAME_MAX_BYTES} bytes): the folder's "
-                             "files are damaged or not commbench's")
+    problem = name_problem(text)
+    if problem:
+        raise RunFolderError(f"{preview(text)} cannot be a file name inside a run folder ({problem}): the "
+                             "folder's files are damaged or not commbench's")
     return text
 
 

@@ -22,6 +22,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .. import procs
 from ..errors import CommbenchError, preview
 
 LOCK_NAME = ".commbench.lock"
@@ -120,7 +121,7 @@ def writer_holding(folder: Path) -> str | None:
 def holder_record(pid: int) -> str:
     """What the lock file says: ``pid N start T on host H since UTC`` (T: the pid's start time)."""
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    start = _start_ticks(pid)
+    start = procs.start_ticks(pid)
     return f"pid {pid}{f' start {start}' if start is not None else ''} on host {socket.gethostname()} since {stamp}\n"
 
 
@@ -130,30 +131,7 @@ def holder_alive(record: str) -> bool:
     m = _HOLDER.search(record or "")
     if m is None or m.group(3) != socket.gethostname():
         return True
-    pid, start = int(m.group(1)), m.group(2)
-    now = _start_ticks(pid)
-    if now is None:
-        return _pid_exists(pid)
-    return start is None or int(start) == now
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if unknown."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        return int(text[text.rindex(")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
+    return procs.runs(int(m.group(1)), None if m.group(2) is None else int(m.group(2)))
 
 
 def _flock(fd: int, how: int) -> bool:

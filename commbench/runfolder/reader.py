@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import check
-from .schema import LEGACY_PARAM_COLUMNS, NUMERIC, SAMPLE_COLUMNS, TEXT
+from .schema import LEGACY_PARAM_COLUMNS, NUMERIC, PASS_COLUMN, SAMPLE_COLUMNS, TEXT
 from .lock import writer_holding
 from .writer import RunFolderError, is_run_folder, read_meta
 
@@ -114,6 +114,8 @@ def load_samples(path) -> pd.DataFrame:
     samples, lines = _read_csv(samples_path, tuple(SAMPLE_COLUMNS))
     check.check_samples(samples_path, samples, lines)
     samples["time_us"] = pd.to_numeric(samples["time_us"], errors="coerce")
+    if PASS_COLUMN in samples.columns:   # a burn-in's: empty while the pass runs (docs/results.md)
+        samples[PASS_COLUMN] = pd.to_numeric(samples[PASS_COLUMN], errors="coerce")
     samples["case_id"] = samples["case_id"].astype(str)
     samples["host"] = samples["host"].astype(str)
     return samples
@@ -128,7 +130,12 @@ def load_run(path) -> Run:
 
 
 def iteration_times(samples: pd.DataFrame) -> pd.DataFrame:
-    """Per (case_id, iteration): the slowest rank's time, as the runner reduces it (DESIGN 5)."""
+    """Per (case_id, iteration): the slowest rank's time, as the runner reduces it (DESIGN 5). In
+    a burn-in folder each Case's samples of its last pass only (those of the row results.csv
+    holds; an unstamped sample belongs to the pass after the last stamped one)."""
     if samples.empty:
         return pd.DataFrame(columns=["case_id", "iteration", "time_us"])
+    if PASS_COLUMN in samples.columns:
+        order = pd.to_numeric(samples[PASS_COLUMN], errors="coerce").fillna(float("inf"))
+        samples = samples[order == order.groupby(samples["case_id"]).transform("max")]
     return samples.groupby(["case_id", "iteration"], as_index=False)["time_us"].max()

@@ -29,10 +29,11 @@ def drop_undecodable_lines(folder: Path, name: str) -> bool:
     return True
 
 
-def kept_samples(data: bytes, case_ids: set[str] | None) -> tuple[bytes, int]:
+def kept_samples(data: bytes, case_ids: set[str] | None, pass_index: int | None = None) -> tuple[bytes, int]:
     """samples.csv's bytes keeping only complete UTF-8 lines of the header's width (of ``case_ids``
-    when given), and how many lines were dropped. Every line of a Case with a line that is not
-    UTF-8 goes: a Case keeps all its samples or none."""
+    when given, or stamped with an ended burn-in pass in column ``pass_index``), and how many lines
+    were dropped. Every line of a Case with a line that is not UTF-8 goes: a Case keeps all its
+    samples or none."""
     if not data:
         return data, 0
     lines, damaged = [], set()
@@ -50,7 +51,7 @@ def kept_samples(data: bytes, case_ids: set[str] | None) -> tuple[bytes, int]:
             continue
         cells = next(csv.reader([line]), [])
         if (line.endswith("\n") and len(cells) == width and cells[0] not in damaged
-                and (case_ids is None or cells[0] in case_ids)):
+                and (case_ids is None or cells[0] in case_ids or (pass_index is not None and cells[pass_index]))):
             kept.append(line)
     return "".join(kept).encode(), len(lines) - len(kept)
 

@@ -11,7 +11,9 @@ traces/cases.jsonl (rank 0 appends through here; `trace` and the report read thr
 
 Readers trust neither file: sizes are bounded, text must be UTF-8, every line must hold what its
 columns need (finite times, integer ranks) and a case id must be safe as a file name before
-`trace` makes a path of it; anything else is a RunFolderError naming the file and line.
+`trace` makes a path of it; anything else is a RunFolderError naming the file and line. A last
+line without its line end (a rank killed while it wrote) is left out, the rest read, and ``warn``
+is told which file and line.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Callable
 
 from ..errors import RunFolderError, preview
 from . import check, files
@@ -36,15 +39,7 @@ MAX_INT = 1 << 63
 
 def case_id_problem(case_id) -> str | None:
     """Why ``case_id`` cannot name a file inside the run folder (None: it can)."""
-    if not isinstance(case_id, str) or not case_id:
-        return "it is empty or not text"
-    if len(case_id.encode("utf-8", "surrogatepass")) > CASE_ID_MAX_BYTES:
-        return f"it is longer than {CASE_ID_MAX_BYTES} bytes"
-    if "/" in case_id or "\\" in case_id or case_id.startswith(".") or ".." in case_id:
-        return "it holds a path separator or '..', or starts with '.'"
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in case_id):
-        return "it holds NUL or another control character"
-    return None
+    return files.name_problem(case_id, CASE_ID_MAX_BYTES, hidden=False)
 
 
 def _drop_cut_line(run_dir: Path, rel: str) -> None:
@@ -83,15 +78,21 @@ def append_case_line(run_dir: Path, line: dict) -> None:
     files.append(run_dir, CASES, (json.dumps(line) + "\n").encode())
 
 
-def load_timeline(run_dir: Path):
-    """timeline.csv as a frame (empty when the run has none); a damaged file is refused."""
+Warn = Callable[[str], None]
+
+
+def load_timeline(run_dir: Path, warn: Warn | None = None):
+    """timeline.csv as a frame (empty when the run has none); a damaged file is refused, a cut last
+    line left out (``warn`` is told)."""
     import numpy as np
     import pandas as pd
 
     path = Path(run_dir) / TIMELINE
     if files.lstat(run_dir, TIMELINE) is None:
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
-    text = _read(path)
+    text = _whole_lines(path, _read(path), warn)
+    if not text.strip():   # only a cut header was written
+        return pd.DataFrame(columns=TIMELINE_COLUMNS)
     lines = check.scan_csv(path, text, ("case_id", "rank", "iteration", "start_us", "end_us"))
     try:
         df = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=["", "nan", "NaN"],
@@ -120,16 +121,14 @@ def load_timeline(run_dir: Path):
     return df
 
 
-def load_case_lines(run_dir: Path) -> dict[str, dict]:
-    """case_id -> its last line (a rerun replaces an earlier one); every line checked."""
+def load_case_lines(run_dir: Path, warn: Warn | None = None) -> dict[str, dict]:
+    """case_id -> its last line (a rerun replaces an earlier one); every whole line checked, a cut
+    last line left out (``warn`` is told)."""
     path = Path(run_dir) / CASES
     out: dict[str, dict] = {}
     if files.lstat(run_dir, CASES) is None:
         return out
-    text = _read(path)
-    if text and not text.endswith("\n"):
-        raise RunFolderError(f"{path}:{text.count(chr(10)) + 1}: the last line has no line end: the file was cut "
-                             f"while it was written (`commbench run --resume` drops it and reruns that Case)")
+    text = _whole_lines(path, _read(path), warn)
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -141,6 +140,17 @@ def load_case_lines(run_dir: Path) -> dict[str, dict]:
         _check_case_line(d, where)
         out[d["case_id"]] = d
     return out
+
+
+def _whole_lines(path: Path, text: str, warn: Warn | None) -> str:
+    """``text`` without a last line that lacks its line end: a rank killed while it appended (its
+    Case's data are incomplete, the other lines are whole; `run --resume` drops the part line)."""
+    if not text or text.endswith("\n"):
+        return text
+    if warn is not None:
+        warn(f"{path}:{text.count(chr(10)) + 1}: the last line has no line end (the file was cut while it was "
+             "written, a rank killed mid-write, say): that line is left out, the rest is used")
+    return text[:text.rfind("\n") + 1]
 
 
 def _read(path: Path) -> str:

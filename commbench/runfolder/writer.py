@@ -30,6 +30,7 @@ from .check import read_meta_text
 from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
 from .recognise import recognise_for_resume, redact_meta
+from .samples_kept import SampleKeeper, StampedCases
 from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA_VERSION
 # A rank that cannot store what it measured ends its launch with this status, and the parent stops
 # the run (the next Cases could not be stored either).
@@ -233,8 +234,8 @@ class RunFolder:
                 and PASS_COLUMN not in r}
 
     def earlier_pass_case_ids(self) -> set[str]:
-        """Cases with a final row in an ended burn-in pass (their samples are kept)."""
-        return {r["case_id"] for r in self.rows() if PASS_COLUMN in r and r.get("status") in FINAL_STATUSES}
+        """Cases with a final row in an ended burn-in pass; results.jsonl read on from the last look."""
+        return self.__dict__.setdefault("_stamped", StampedCases()).ids(self.path)
 
     # -- samples --
     def append_samples(self, samples: list[dict]) -> None:
@@ -263,20 +264,12 @@ class RunFolder:
             _append(p, buf.getvalue().encode())
 
     def keep_samples(self, case_ids: set[str] | None) -> int:
-        """Rewrite samples.csv with only complete UTF-8 lines (of ``case_ids`` when given); lines
-        dropped. A Case with a line that is not UTF-8 loses all its samples (it is measured again)."""
-        p = self.path / "samples.csv"
-        try:
-            data = files.read_bytes(self.path, "samples.csv")
-        except FileNotFoundError:
-            return 0
-        if case_ids is not None:   # an ended burn-in pass keeps its samples
-            case_ids = set(case_ids) | self.earlier_pass_case_ids()
-        kept, dropped = repair.kept_samples(data, case_ids)
-        if dropped:
-            with _storage(p):
-                atomic_write(p, kept)
-        return dropped
+        """Rewrite samples.csv with only complete UTF-8 lines (of ``case_ids`` when given, and of
+        ended burn-in passes); lines dropped. A Case with a line that is not UTF-8 loses all its
+        samples (it is measured again). Only what was appended since the last call is read, unless
+        something has to be dropped (then the file is rewritten whole)."""
+        keeper = self.__dict__.setdefault("_sample_keeper", SampleKeeper())
+        return keeper.keep(self.path, case_ids, self.earlier_pass_case_ids)
 
     def repair(self) -> None:
         """Make the folder consistent before a --resume continues it, before anything is measured:

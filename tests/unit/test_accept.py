@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from commbench.analysis.accept.junit import junit_xml
 from commbench.analysis.accept.verdict import evaluate
-from commbench.analysis.accept.localize import blame_pairs, slow_from_samples
+from commbench.analysis.accept.localize import slow_from_samples
+from commbench.launch.blame import blame_pairs
 from commbench.sysinfo.hosts import round_robin_pairs
 from commbench.analysis.accept.rules import RulesError, load_rules
 from commbench.analysis.commands import accept_cmd
@@ -153,6 +154,9 @@ def test_blame_names_the_node_in_every_failing_pair():
     verdict = blame_pairs(results)
     assert verdict["node"] is None and verdict["links"] == [("a", "d")]
     assert blame_pairs({p: True for p in results})["node"] is None
+    from commbench.analysis.accept import localize
+
+    assert not hasattr(localize, "blame_pairs")   # one home: imported from launch/blame.py, not re-exported
 
 
 def test_junit_counts():

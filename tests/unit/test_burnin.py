@@ -292,3 +292,66 @@ def test_duration_option_and_suite_key(tmp_path):
         _duration_s(suite, None, 3)
     with pytest.raises(Exception, match="--duration"):
         _duration_s(suite, "forever", 1)
+
+
+def _samples(folder, cid, times, **extra):
+    folder.append_samples([{"case_id": cid, "rank": 0, "host": "h", "gpu": "", "iteration": i, "time_us": t, **extra}
+                           for i, t in enumerate(times)])
+
+
+def test_samples_carry_their_pass_and_a_cut_remeasure_is_dropped(tmp_path):
+    """Samples are stamped with the pass as rows are: the passes of one Case can be told apart, and
+    the samples of a re-measurement killed before its row (pass 2) go, pass 1's stay."""
+    from commbench.runfolder.reader import iteration_times, load_samples
+
+    folder = RunFolder(tmp_path / "run")
+    folder.claim(resume=False)
+    try:
+        _samples(folder, "a", [1.0, 1.0])
+        folder.append_row({"case_id": "a", "status": "ok", "time_us": 1.0})
+        stamp_pass(folder, 1, "2026-01-01T00:00:00")
+        _samples(folder, "a", [9.0, 9.0])   # pass 2 re-measures a: killed before its row
+        assert folder.keep_samples(folder.done_case_ids()) == 2
+        _samples(folder, "a", [2.0, 3.0])
+        folder.append_row({"case_id": "a", "status": "ok", "time_us": 2.0})
+        assert folder.keep_samples(folder.done_case_ids()) == 0
+        stamp_pass(folder, 2, "2026-01-01T00:01:00")
+    finally:
+        folder.release()
+    samples = load_samples(tmp_path / "run")
+    assert list(samples["pass"]) == [1, 1, 2, 2] and list(samples["time_us"]) == [1.0, 1.0, 2.0, 3.0]
+    # per iteration: the last pass's samples, as results.csv holds the last pass's row
+    assert list(iteration_times(samples)["time_us"]) == [2.0, 3.0]
+
+
+def test_a_pass_without_samples_still_starts_the_column(tmp_path):
+    folder = RunFolder(tmp_path / "run")
+    folder.claim(resume=False)
+    try:
+        folder.append_row({"case_id": "s", "status": "skipped"})
+        stamp_pass(folder, 1, "2026-01-01T00:00:00")   # pass 1 measured nothing
+        _samples(folder, "a", [1.0], compute_us=0.5)    # a wider header on the way
+        folder.append_row({"case_id": "a", "status": "ok", "time_us": 1.0})
+        stamp_pass(folder, 2, "2026-01-01T00:01:00")
+    finally:
+        folder.release()
+    text = (tmp_path / "run" / "samples.csv").read_text().splitlines()
+    assert text[0].split(",")[-2:] == ["pass", "compute_us"] and text[1].split(",")[-2:] == ["2", "0.5"], text
+
+
+def test_an_older_burn_in_s_samples_are_left_without_a_pass(tmp_path):
+    """samples.csv of a burn-in begun before samples were stamped: which pass wrote a line is not
+    known, so no pass is made up; ended passes' Cases keep their samples as before."""
+    folder = RunFolder(tmp_path / "run")
+    folder.claim(resume=False)
+    try:
+        _samples(folder, "a", [1.0])
+        folder.append_row({"case_id": "a", "status": "ok", "time_us": 1.0, "pass": 1, "pass_utc": "x"})
+        _samples(folder, "a", [2.0])
+        folder.append_row({"case_id": "a", "status": "ok", "time_us": 2.0})
+        before = (tmp_path / "run" / "samples.csv").read_bytes()
+        stamp_pass(folder, 2, "2026-01-01T00:01:00")
+        assert (tmp_path / "run" / "samples.csv").read_bytes() == before
+        assert folder.keep_samples(set()) == 0   # a's rows are all stamped: its samples stay
+    finally:
+        folder.release()

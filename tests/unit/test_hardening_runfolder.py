@@ -8,6 +8,7 @@ import errno
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -157,6 +158,19 @@ def test_the_reader_refuses_a_results_file_that_is_a_link(tmp_path):
 def test_names_from_a_folder_s_contents_are_validated(name):
     with pytest.raises(RunFolderError):
         files.safe_name(name)
+
+
+def test_a_case_id_and_a_file_name_are_checked_by_one_rule():
+    """runfolder/files.name_problem: a case id (it becomes a file name under traces/) is a file
+    name that may not start with '.'; the folder's own names may (.results.csv.tmp)."""
+    from commbench.runfolder.timeline_files import case_id_problem
+
+    for name in ("../x", "a/b", "a\\b", "..", ".", "", "x\x00y", "l\nf", "z" * 300):
+        assert files.name_problem(name) and case_id_problem(name), name
+        with pytest.raises(RunFolderError, match=re.escape(files.name_problem(name))):
+            files.safe_name(name)
+    assert files.name_problem(".results.csv.tmp") is None and case_id_problem(".hidden")
+    assert case_id_problem("z" * 201) and files.name_problem("z" * 201) is None   # a case id leaves room
 
 
 def test_a_read_only_folder_is_named(tmp_path, monkeypatch):

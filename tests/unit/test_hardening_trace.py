@@ -113,15 +113,13 @@ def test_a_linked_chrome_folder_is_refused(tmp_path):
     assert list(outside.iterdir()) == []
 
 
-@pytest.mark.parametrize("damage", ["binary", "cut", "not_json", "no_host"])
+@pytest.mark.parametrize("damage", ["binary", "not_json", "no_host"])
 def test_damaged_cases_jsonl_names_the_file(tmp_path, damage):
     run = _run(tmp_path)
     path = run / "traces" / "cases.jsonl"
     line = json.loads(path.read_text())
     if damage == "binary":
         path.write_bytes(b"\x00\xff\xfe\x89PNG" * 20 + b"\n")
-    elif damage == "cut":
-        path.write_text(path.read_text()[:-20])
     elif damage == "not_json":
         path.write_text(path.read_text() + "{oops\n")
     else:
@@ -130,6 +128,31 @@ def test_damaged_cases_jsonl_names_the_file(tmp_path, damage):
     code, out = _trace(run)
     assert code == 2 and "cases.jsonl:" in out, out
     _no_files_left(run)
+
+
+@pytest.mark.parametrize("cut", ["cases.jsonl", "timeline.csv"])
+def test_a_cut_last_line_is_left_out_with_a_warning_and_the_rest_traced(tmp_path, cut):
+    """A rank killed while it appended leaves a last line without its line end: `trace` names the
+    file and line, leaves that line out and traces the Cases whose data are whole."""
+    run = _run(tmp_path)
+    # a second Case whose data the kill cut: its timeline rows, then its part line
+    store.append_timeline(run, [{"case_id": "c1", "rank": r, "host": "h", "iteration": 0, "start_us": 1.0,
+                                 "end_us": 2.0, "source": "host", "kernel_us": ""} for r in (0, 1)])
+    if cut == "cases.jsonl":
+        with open(run / "traces" / "cases.jsonl", "a") as fh:
+            fh.write('{"case_id": "c1", "profiled": "", "ranks": [{"rank": 0, "ho')
+    else:
+        with open(run / "timeline.csv", "a") as fh:
+            fh.write("c1,1,h,1,11.0,1")
+    res = CliRunner().invoke(cli, ["trace", str(run)])
+    assert res.exit_code == 0, res.output
+    lineno = 2 if cut == "cases.jsonl" else 8
+    assert res.output.count(f"warning: {run / ('traces/' if cut == 'cases.jsonl' else '') / cut}:{lineno}: "
+                            "the last line has no line end") == 1, res.output
+    assert (run / "traces" / "chrome" / "c0.json").exists()
+    assert not (run / "traces" / "chrome" / "c1.json").exists()   # no line of its ranks: nothing to trace
+    if cut == "timeline.csv":
+        assert len(store.load_timeline(run)) == 6   # c0's four rows and c1's two whole ones
 
 
 def test_a_missing_rank_is_an_error_not_a_partial_trace(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from commbench import procs
 from commbench.launch import lifeline
 from tests.conftest import needs_mpi
 
@@ -25,11 +26,36 @@ def test_a_reused_pid_is_not_the_parent():
     assert not lifeline.alive(f"{host} 999999999 {started}")
 
 
+def test_a_zombie_is_gone_for_the_lock_and_the_lifeline_alike():
+    """One check of whether a process runs (commbench/procs.py): a process that exited but was not
+    reaped yet is gone for the ranks' watch and for the run folder's lock."""
+    import socket
+
+    from commbench.runfolder.lock import holder_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    started = procs.start_ticks(child.pid)   # while it runs; then it exits, not reaped
+    child.stdin.close()
+    for _ in range(200):
+        if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
+    try:
+        host = socket.gethostname()
+        assert started is not None
+        assert not procs.runs(child.pid, started) and not procs.runs(child.pid)
+        assert not lifeline.alive(f"{host} {child.pid} {started}")
+        assert not holder_alive(f"pid {child.pid} start {started} on host {host} since x")
+        assert procs.runs(os.getpid(), procs.start_ticks(os.getpid()))
+    finally:
+        child.wait()
+
+
 def test_a_rank_exits_when_its_parent_is_gone():
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         host, _pid, _started = lifeline.parent_token().split()
-        token = f"{host} {parent.pid} {lifeline.start_time(parent.pid)}"
+        token = f"{host} {parent.pid} {procs.start_ticks(parent.pid)}"
         rank = subprocess.Popen([sys.executable, "-c",
                                  "import time; from commbench.launch import lifeline\n"
                                  "assert lifeline.watch_parent(interval_s=0.1)\ntime.sleep(60)"],
@@ -56,7 +82,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _live(pids) -> list[int]:
-    return [p for p in pids if lifeline.start_time(p) is not None]
+    return [p for p in pids if procs.start_ticks(p) is not None]
 
 
 @needs_mpi

@@ -65,6 +65,21 @@ def test_exposed_spans_leave_out_comm_under_compute_or_copy():
     assert step_tracks.exposed_spans(ivs) == [(0, 10), (20, 50), (120, 130)]
 
 
+def test_the_exposed_track_is_the_rows_exposed_comm():
+    """The trace's exposed track counts as the rows' exposed_comm_us does (one union/subtract)."""
+    import random
+
+    from commbench.measure import step_split
+
+    rng = random.Random(7)
+    for _ in range(50):
+        ivs = [{"kind": rng.choice(step_split.KINDS), "start_us": (s := rng.uniform(0, 100)),
+                "end_us": s + rng.uniform(0, 30)} for _ in range(rng.randint(0, 12))]
+        track_us = sum(e - s for s, e in step_tracks.exposed_spans(ivs))
+        assert track_us == pytest.approx(step_split.split_window(ivs, 0, 200)["exposed_comm_us"])
+    assert not hasattr(step_tracks, "_union")   # no merge of its own
+
+
 def test_trace_command_writes_the_tracks_and_a_damaged_timeline_is_refused(run):
     out = run / "t.json"
     res = CliRunner().invoke(cli, ["trace", str(run), "--case", "layer1", "--out", str(out)])

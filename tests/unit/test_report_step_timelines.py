@@ -80,3 +80,13 @@ def test_no_stored_timelines_no_section(tmp_path):
     doc = build_report([load_run(tmp_path / "run")])
     assert "Steps per rank" not in [s.title for s in doc.sections]
     assert pd.notna(load_run(tmp_path / "run").results["idle_us"]).all()
+
+
+def test_both_timeline_sections_look_rows_up_one_way(run):
+    """The per-rank steps and the rank timelines name a Case from its row through one look-up."""
+    from commbench.analysis.report.sections import step_timelines as steps_section
+    from commbench.analysis.report.sections import timelines
+
+    by_id = timelines.rows_by_case(load_run(run))
+    assert sorted(by_id) == ["nosplit", "one", "two"] and by_id["two"]["op"] == "fsdp"
+    assert not hasattr(steps_section, "_rows_by_case")

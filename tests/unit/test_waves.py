@@ -110,6 +110,31 @@ def test_estimate_from_a_previous_run():
     assert est.case_s == {"c0": 2.0} and est.launch_s == 10.0   # median of 10, 9, 30
 
 
+@pytest.mark.parametrize("launches", ['"x"', '[5]', '[{"log": "l", "wall_s": "abc"}]'])
+def test_a_damaged_run_json_is_named_not_taken_for_a_bad_launch_cost(tmp_path, launches):
+    from commbench.errors import RunFolderError
+    from commbench.launch.waves import price
+
+    (tmp_path / "run.json").write_text('{"launches": %s}' % launches)
+    with pytest.raises(RunFolderError, match=r"run\.json: launches.* (is )?not a"):
+        price([_launch(0, ["a"])], None, tmp_path)
+    with pytest.raises(RunFolderError, match=r"run\.json"):   # with a good --launch-cost too
+        price([_launch(0, ["a"])], "15s", tmp_path)
+
+
+@pytest.mark.parametrize("cost,seconds", [("15s", 15), ("500ms", 0.5), ("2min", 120), ("0", 0), ("1.5h", 5400)])
+def test_a_launch_cost_is_read_as_every_duration_is(cost, seconds):
+    from commbench.launch.waves import price
+
+    lines = price([_launch(0, ["a"])], cost)
+    assert f"--launch-cost {cost} per launch" in " ".join(lines)
+    with pytest.raises(ValueError):
+        price([_launch(0, ["a"])], "fast")
+    from commbench.units import parse_duration
+
+    assert parse_duration(cost, allow_zero=True) == seconds
+
+
 BAD_HOST = "no-such-host.invalid"
 
 

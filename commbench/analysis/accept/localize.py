@@ -9,17 +9,18 @@ Three views, all from stored data:
   slow link there shows up in the per-node and pairwise rounds instead.
 - ``host_outliers``: rows from per-node runs (a ``host`` column) compared by a
   robust z-score (median and MAD) of one metric across hosts.
-- ``round_robin_pairs`` (commbench.sysinfo.hosts) / ``blame_pairs``: a schedule where every pair of
-  nodes meets once (pairs of a round are disjoint, so they can run in
-  parallel), and the node common to every failing pair, or the failing link.
+Pairwise rounds are judged elsewhere: ``round_robin_pairs`` (commbench.sysinfo.hosts) makes a
+schedule where every pair of nodes meets once, and ``blame_pairs`` (commbench.launch.blame) names
+the node common to every failing pair, or the failing link.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from ...launch.blame import robust_z
 from .rules import LocalizeSettings
-from commbench.launch.blame import blame_pairs, robust_z  # noqa: F401  (callers import them from here)
+
 
 def _level_stats(samples: pd.DataFrame, unit: str, settings: LocalizeSettings) -> pd.DataFrame:
     """Per unit (host or rank) over Cases: how often and how much slower than the others."""

@@ -5,15 +5,7 @@ from __future__ import annotations
 from ..plots import figure_png
 from ..rank_steps import rank_figure, shown
 from .base import ReportSection
-from .timelines import case_name
-
-
-def _rows_by_case(run) -> dict:
-    df = run.results
-    if "case_id" not in df.columns:
-        return {}
-    first = df.drop_duplicates("case_id")
-    return first.set_index(first["case_id"].astype(str)).to_dict("index")
+from .timelines import case_name, rows_by_case
 
 
 def applies(report) -> bool:
@@ -32,7 +24,7 @@ def add(doc, report) -> None:
         if not cases:
             continue
         sub = sec.sub(run.label) if many else sec
-        rows = _rows_by_case(run)
+        rows = rows_by_case(run)
         for cid, splits in cases:
             row = rows.get(cid) or {}
             what = " ".join(str(row.get(c)) for c in ("strategy", "overlap") if row.get(c) not in (None, ""))

@@ -65,7 +65,7 @@ def add(doc, report) -> None:
              "Case as a Chrome trace.")
     for run, ids, traces in _shown(report):
         sub = sec.sub(run.label) if many else sec
-        by_id = _rows_by_case(run)
+        by_id = rows_by_case(run)
         for cid in ids:
             fig = iteration_figure(run.path, cid, by_id.get(cid))
             if fig is not None:
@@ -76,7 +76,8 @@ def add(doc, report) -> None:
                                   _href(run, rel, report.out_dir, many)))
 
 
-def _rows_by_case(run) -> dict:
+def rows_by_case(run) -> dict:
+    """case_id -> the Case's first row in the run's results (the sections that draw a Case name it)."""
     df = run.results
     if "case_id" not in df.columns:
         return {}
