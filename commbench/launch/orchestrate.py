@@ -19,6 +19,7 @@ from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported,
                       variant_env)
 from .rank_records import merge_rank_records
 from .search_run import run_search
+from .start_retry import console_note, failed_to_start_reason, launch_retries, start_until_ranks_run
 from .supervise import run_launch
 from .waves import WaveState, pending_waves, plan_waves, run_wave, wave_timeout_s, waves_on
 
@@ -74,16 +75,17 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
     display = RunDisplay(console, total=len(todo), enabled=show_progress, by_id=by_id,
                          row_of=folder.latest_row)
     limit_s = wave_timeout_s(suite.path)
+    retries = launch_retries(suite.path)
     next_id = max((l.launch_id for l in suite.launches), default=-1) + 1   # a search's launches come after
     with display:
         total = len(plan_waves(suite.launches))
         for index, wave in pending_waves(suite.launches, done):
             if wave[0].search:   # placement: search: its waves are chosen as it runs
                 next_id = _run_search(folder, meta, suite, wave[0], by_id, done, display, index, total,
-                                      limit_s, next_id)
+                                      limit_s, next_id, retries)
                 continue
             _run_wave(folder, meta, [(l, [c for c in l.case_ids if c not in done]) for l in wave],
-                      by_id, display, index, total, limit_s)
+                      by_id, display, index, total, limit_s, retries=retries)
     close_meta(meta)
     merge_rank_records(folder, meta)
     folder.write_meta(meta)
@@ -93,7 +95,7 @@ def _run_locked(suite, folder: RunFolder, resume: bool, console, show_progress: 
 
 
 def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done: set, display, index: int,
-                total: int, limit_s: float | None, next_id: int) -> int:
+                total: int, limit_s: float | None, next_id: int, retries: int) -> int:
     """A placement: search template run wave by wave (search_run.py); returns the next launch id."""
     from ..runfolder.reader import load_samples
     from ..suite import Suite
@@ -115,7 +117,7 @@ def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done:
         display.grow(sum(len(p) for _l, p in todo))   # a search's Cases are made wave by wave
         extra = {"search_wave": cases[0].param("wave"), "search_phase": phase}
         for part in ([todo] if waves_on() else [[job] for job in todo]):   # COMMBENCH_WAVES=0: one by one
-            _run_wave(folder, meta, part, by_id, display, index, total, limit_s, extra=extra)
+            _run_wave(folder, meta, part, by_id, display, index, total, limit_s, extra=extra, retries=retries)
 
     return run_search(launch, templates, next_id, run_one_wave,
                       lambda ids: [r for r in folder.latest_rows() if r.get("case_id") in ids], record,
@@ -123,10 +125,11 @@ def _run_search(folder: RunFolder, meta: dict, suite, launch, by_id: dict, done:
 
 
 def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, display, index: int,
-              total: int, limit_s: float | None = None, extra: dict | None = None) -> None:
+              total: int, limit_s: float | None = None, extra: dict | None = None, retries: int = 0) -> None:
     """Run a wave's launches (each with its pending Cases) at the same time; a single launch runs
     alone in this thread, exactly as before waves existed. ``limit_s``: the wave's time limit
-    (a launch still running then is killed, its Cases left end as timeout rows)."""
+    (a launch still running then is killed, its Cases left end as timeout rows). ``retries``: how
+    often a launch whose launcher failed before any rank started is started again."""
     deadline = time.time() + limit_s if limit_s else None
     records = []
     for launch, pending in launches:
@@ -151,7 +154,8 @@ def _run_wave(folder: RunFolder, meta: dict, launches: list, by_id: dict, displa
         results = run_wave(
             list(zip(launches, records)),
             lambda job: _run_group(folder, job[0][0], job[0][1], by_id, display, job[1],
-                                   lock=lock, cancel=cancel if concurrent else None, deadline=deadline),
+                                   lock=lock, cancel=cancel if concurrent else None, deadline=deadline,
+                                   retries=retries),
             state=state, key=lambda job: job[0][0].launch_id, cancel=cancel)
     finally:
         folder.shared = was_shared
@@ -181,7 +185,8 @@ def _launch_record(launch, held_off: bool) -> dict:
 
 
 def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, display,
-               record: dict | None = None, lock=None, cancel=None, deadline: float | None = None) -> dict:
+               record: dict | None = None, lock=None, cancel=None, deadline: float | None = None,
+               retries: int = 0) -> dict:
     """Run a launch's pending Cases (relaunching after a timeout or crash); returns its run.json
     entry (``record``, updated in place, when given).
 
@@ -209,8 +214,12 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
         wave_kw = {"cancel": cancel, "shared": True} if shared else {}   # a launch alone: as before waves
         if deadline is not None:
             wave_kw["deadline"] = deadline
-        out = run_launch(folder.path, task, env, timeouts, on_event=_locked(display.event, lock),
-                         allow_multicast=allow_mc, keep_fds=folder.lock_fds(), **wave_kw)
+        out, attempt, start_failed = start_until_ranks_run(
+            lambda n: run_launch(folder.path, {**task, "attempt": n}, env, timeouts,
+                                 on_event=_locked(display.event, lock), allow_multicast=allow_mc,
+                                 keep_fds=folder.lock_fds(), **wave_kw),
+            folder.path, task, retries, record, note=_locked(console_note(display), lock), deadline=deadline,
+            cancel=cancel)
         record["wall_s"] += out.wall_s
         if out.returncode == STORAGE_FULL_EXIT:   # rank 0 could not store a Case: the disk is full
             if not shared:
@@ -251,6 +260,8 @@ def _run_group(folder: RunFolder, launch, pending: list[str], by_id: dict, displ
             tail = _log_tail(folder.path / log)
             reason = (f"launch failed with status {out.returncode}{on_hosts(folder.path, launch)} before "
                       f"finishing its Cases (log {log}): {tail}")
+            if start_failed is not None:   # no rank ever ran: nothing about the node was measured
+                reason = f"{failed_to_start_reason(start_failed)}; launch{on_hosts(folder.path, launch)} (log {log})"
             for cid in pending:
                 if cid not in finished:
                     with lock:

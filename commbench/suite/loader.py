@@ -9,6 +9,7 @@ from pathlib import Path
 from ..families.base import Case
 from ..safety import KILL_SWITCHES, active_kill_switches
 from .expand import expand_bench
+from .launch_keys import check_launch_keys
 from .launches import Launch, group_launches, keep_only
 from .limits import SuiteLimits
 from .overrides import ONLY_KEY, apply_overrides
@@ -46,6 +47,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
     for key in raw:
         if key not in TOP_KEYS:
             err.add(raw.line_of(key), str(key), f"unknown key (expected one of: {', '.join(TOP_KEYS)})")
+    check_launch_keys(raw, err)
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         err.add(raw.line_of("name"), "name", "required: a non-empty string")

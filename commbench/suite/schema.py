@@ -51,6 +51,8 @@ TOP_KEYS: dict[str, str] = {
     "duration": "burn-in: run the suite pass after pass for this long (8h, 30m, 90s; `run --duration`)",
     "wave_timeout": "the most one wave of launches may take (20m, 90s); a launch still running then ends "
                     "as timeout rows (COMMBENCH_WAVE_TIMEOUT overrides it; default: no wave limit)",
+    "launch_retries": "how often a launch whose launcher failed before any rank started is started again, "
+                      "after a short pause (0-10; COMMBENCH_LAUNCH_RETRIES overrides it; default 1)",
 }
 ALIASES = {"op": "ops", "backend": "backends", "dtype": "dtypes"}
 LARGE_BYTES = 64 * 1024**2
