@@ -100,6 +100,8 @@ def test_a_daemon_that_did_not_report_back_is_retried_and_the_run_is_green(tmp_p
     [retry] = launches[0]["start_retries"]
     assert retry["attempt"] == 0 and retry["reason"].startswith("A daemon failed to report back")
     assert retry["backoff_s"] > 0 and launches[0]["status"] == "ok"
+    assert "launch 0: the launcher failed to start its ranks (A daemon failed to report back" in result.output
+    assert "retry 1 of 1" in result.output   # on the console, --quiet or not
     log = (out / "logs" / "launch-0.log").read_text()
     assert "attempt 0:" in log and "attempt 1:" in log   # both attempts in the launch's log
 
