@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from commbench.runfolder.reader import load
 from tests.cluster.testbed import ROOT, commbench
 
 pytestmark = pytest.mark.cluster
@@ -31,3 +32,25 @@ def test_search_names_a_slow_nodes_network_and_no_one_else(healthy, rng, tmp_pat
     assert res.returncode == 1, res.stdout + res.stderr
     named = [line.split()[:3] for line in res.stdout.splitlines() if line.startswith(("bad ", "suspect "))]
     assert named == [["bad", "network", slow]], res.stdout
+
+
+def test_a_dead_nodes_launch_is_retried_once_then_fails_and_the_node_is_named(healthy, rng, tmp_path: Path):
+    """A dead node's daemon never reports back: its launch is started twice (launch_retries: 1),
+    then its rows fail with the launcher's message; the other nodes' launches start at once."""
+    dead = rng.choice(healthy.nodes)
+    healthy.kill(dead)
+    out = tmp_path / "run"
+    res = healthy.run(commbench("run", str(SUITE), "--out", str(out), "--quiet"), timeout=420)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "the launcher failed to start its ranks" in res.stderr and "retry 1 of 1" in res.stderr
+    launches = json.loads((out / "run.json").read_text())["launches"]
+    retried = [launch for launch in launches if launch.get("start_retries")]
+    assert retried and all(launch["hosts"] == [dead] for launch in retried), launches
+    assert all(len(launch["start_retries"]) == 1 and launch["status"] == "failed" for launch in retried)
+    df = load(out)
+    failed = df[df.status != "ok"]
+    assert len(failed) and (failed.hosts == dead).all(), failed[["hosts", "status", "reason"]]
+    assert failed.reason.str.startswith("launcher failed to start ranks (2 attempts): ").all(), failed.reason
+    res = healthy.run(commbench("accept", str(out)), timeout=120)
+    named = [line.split()[:3] for line in res.stdout.splitlines() if line.startswith(("bad ", "suspect "))]
+    assert res.returncode == 1 and named == [["bad", "node", dead]], res.stdout
