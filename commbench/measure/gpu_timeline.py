@@ -1,4 +1,4 @@
-"""The GPU's own timeline of timed steps: torch.profiler's CUDA activity (CUPTI kernel, memcpy and
+"""The GPU's own timeline of a batch of steps: torch.profiler's CUDA activity (CUPTI kernel, memcpy and
 memset records, with stream and nanosecond stamps), classified and cut into step windows.
 
 Steps are marked on the host with ``record_function(STEP_PREFIX + i)``; each GPU record is tied to
