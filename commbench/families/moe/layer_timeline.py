@@ -1,4 +1,4 @@
-"""The MoE layer read from the GPU's own timeline: each kernel or copy of a timed layer belongs to
+"""The MoE layer read from the GPU's own timeline: each kernel or copy of a profiled layer step belongs to
 the region whose host code launched it (dispatch, experts or combine of micro-batch i), and the
 row's columns come from those intervals, step by step.
 
