@@ -95,9 +95,10 @@ def headline(row: dict | None) -> str:
         split = [f"{name} {us(n[col])}" for name, col in (("dispatch", "dispatch_us"), ("experts", "expert_us"),
                                                            ("combine", "combine_us")) if n.get(col) is not None]
         text = f"layer {us(n['layer_us'])}" + (f" ({', '.join(split)})" if split else "")
-        return ", ".join([text, *_split_parts(n)])
+        return "; ".join([text, *_split_text(n)])
     if n.get("step_us") is not None:
-        return ", ".join([f"step {us(n['step_us'])}", *_split_parts(n)])
+        step = n["time_us"] if n.get("time_us") is not None else n["step_us"]
+        return "; ".join([f"step {us(step)}", *_split_text(n)])
     if n.get("latency_p50_us") is not None:
         p99 = n.get("latency_p99_us")
         return f"p50 {us(n['latency_p50_us'])}" + (f", p99 {us(p99)}" if p99 is not None else "")
@@ -109,16 +110,36 @@ def headline(row: dict | None) -> str:
     return ", ".join(parts)
 
 
+def _split_text(n: dict) -> list[str]:
+    """The step split from its timeline as far as the row has it: the profiled step (when it is
+    not the timed one) and the critical path's shares, exposed communication, overlap and idle
+    time, and what two-batch overlap hid (MoE layer); [] without a split."""
+    parts = _split_parts(n)
+    if not parts:
+        return []
+    timed = n["layer_us"] if n.get("layer_us") is not None else n.get("time_us")
+    step = n.get("step_us")
+    if step is not None and timed is not None and abs(step - timed) > 0.005 * max(abs(timed), 1e-9):
+        return [f"profiled step {us(step)}: " + ", ".join(parts)]
+    return [", ".join(parts)]
+
+
 def _split_parts(n: dict) -> list[str]:
-    """Exposed communication, overlap and idle time of a step split from its timeline, and what
-    two-batch overlap hid (MoE layer), as far as the row has them."""
+    """Compute share, exposed communication, overlap and idle time of a step split from its
+    timeline (shares of the slowest rank's step beside), and what two-batch overlap hid."""
+    def pct(col):
+        v = n.get(col)
+        return f" ({v:.0f}%)" if v is not None else ""
+
     parts = []
+    if n.get("compute_share_pct") is not None:
+        parts.append(f"compute {n['compute_share_pct']:.0f}%")
     if n.get("exposed_comm_us") is not None:
-        parts.append(f"exposed {us(n['exposed_comm_us'])}")
+        parts.append(f"exposed {us(n['exposed_comm_us'])}" + pct("exposed_share_pct"))
     if n.get("overlap_pct") is not None:
         parts.append(f"overlap {n['overlap_pct']:.0f}%")
     if n.get("idle_us") is not None:
-        parts.append(f"idle {us(n['idle_us'])}")
+        parts.append(f"idle {us(n['idle_us'])}" + pct("idle_share_pct"))
     if n.get("tbo_hidden_us") is not None:
         gain = n.get("tbo_gain_pct")
         parts.append(f"two-batch hid {us(n['tbo_hidden_us'])}" + (f" ({gain:.0f}%)" if gain is not None else ""))
@@ -253,10 +274,13 @@ def _group_headline(ok) -> tuple[str, str]:
         best = ok.loc[layer.idxmin()]
         overlap = _number(best.get("overlap_pct"))
         return f"layer {us(layer.min())}", (f"overlap {overlap:.0f}%" if overlap is not None else "")
-    if step is not None:
-        best = ok.loc[step.idxmin()]
-        overlap = _number(best.get("overlap_pct"))
-        return f"step {us(step.min())}", (f"overlap {overlap:.0f}%" if overlap is not None else "")
+    if step is not None:   # the timed step (time_us); the split's own step_us is a profiled batch's
+        timed = col("time_us") if col("time_us") is not None else step
+        best = ok.loc[timed.idxmin()]
+        overlap, exposed = _number(best.get("overlap_pct")), _number(best.get("exposed_share_pct"))
+        detail = [f"overlap {overlap:.0f}%"] if overlap is not None else []
+        detail += [f"exposed {exposed:.0f}%"] if exposed is not None else []
+        return f"step {us(timed.min())}", ", ".join(detail)
     if p50 is not None:
         best = ok.loc[p50.idxmin()]
         p99 = _number(best.get("latency_p99_us"))

@@ -1,4 +1,4 @@
-"""The GPU's own timeline of timed steps: torch.profiler's CUDA activity (CUPTI kernel, memcpy and
+"""The GPU's own timeline of a batch of steps: torch.profiler's CUDA activity (CUPTI kernel, memcpy and
 memset records, with stream and nanosecond stamps), classified and cut into step windows.
 
 Steps are marked on the host with ``record_function(STEP_PREFIX + i)``; each GPU record is tied to
@@ -10,6 +10,10 @@ collective left in flight) counts in the window it runs in.
 Classification (``classify``): NCCL kernels and commbench's and DeepEP's communication kernels
 (``COMM_KERNELS``, plus names a Case adds) and peer copies are ``comm``; other memcpy/memset
 records ``copy``; every other kernel ``compute``.
+
+Regions (``steps_from_trace(..., region_prefix=...)``): a record launched inside host annotations
+named ``region_prefix + label`` carries ``region`` = the label of the innermost one (a family's
+parts of a step, e.g. the MoE layer's dispatch / experts / combine).
 """
 from __future__ import annotations
 
@@ -44,14 +48,49 @@ def classify(name: str, cat: str, comm_names: Iterable[str] | re.Pattern = ()) -
     return "comm" if pattern.search(name) else "compute"
 
 
-def steps_from_trace(events: Sequence[dict], comm_names: Iterable[str] = ()) -> tuple[list, list[dict]]:
+def profiler_running() -> bool:
+    """Whether a torch profiler is already recording (``--profile torch``): a second one would end
+    its session."""
+    import torch
+
+    return bool(torch._C._autograd._profiler_enabled())
+
+
+def _annotations(events: Sequence[dict], prefix: str) -> list[tuple[float, float, str]]:
+    """(start_us, end_us, name after the prefix) of the host annotations named prefix..., by start."""
+    return sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e["name"])[len(prefix):])
+                  for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                  and str(e.get("name", "")).startswith(prefix))
+
+
+def innermost(spans: Sequence[tuple[float, float, str]], times: Sequence[float | None]) -> list[str | None]:
+    """For each time, the label of the innermost span (start, end, label) holding it, None when none
+    does. Spans nest (host annotations of one thread); one sweep over both, sorted."""
+    spans = sorted(spans, key=lambda s: (s[0], -s[1]))
+    out: list[str | None] = [None] * len(times)
+    stack: list[tuple[float, float, str]] = []
+    k = 0
+    for i in sorted((i for i, t in enumerate(times) if t is not None), key=lambda i: times[i]):
+        t = times[i]
+        while k < len(spans) and spans[k][0] <= t:
+            while stack and stack[-1][1] < spans[k][0]:
+                stack.pop()
+            stack.append(spans[k])
+            k += 1
+        while stack and stack[-1][1] < t:
+            stack.pop()
+        out[i] = stack[-1][2] if stack else None
+    return out
+
+
+def steps_from_trace(events: Sequence[dict], comm_names: Iterable[str] = (),
+                     region_prefix: str | None = None) -> tuple[list, list[dict]]:
     """(step windows [(start_us, end_us)], classified intervals) from Kineto trace events.
 
     Intervals are every GPU record that ends after the first window starts and starts before the
-    last ends, stamped on the trace's own clock (microseconds)."""
-    marks = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), int(e["name"][len(STEP_PREFIX):]))
-                   for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
-                   and str(e.get("name", "")).startswith(STEP_PREFIX))
+    last ends, stamped on the trace's own clock (microseconds); with ``region_prefix``, each one
+    launched in such a region carries ``region`` (see the module's docstring)."""
+    marks = [(s, e, int(n)) for s, e, n in _annotations(events, STEP_PREFIX) if n.isdigit()]
     launch_ts = {}
     for e in events:
         if e.get("cat") in LAUNCH_CATS and "correlation" in (e.get("args") or {}):
@@ -78,6 +117,11 @@ def steps_from_trace(events: Sequence[dict], comm_names: Iterable[str] = ()) -> 
             continue
         first[i] = min(first.get(i, iv["start_us"]), iv["start_us"])
         last_end[i] = max(last_end.get(i, iv["end_us"]), iv["end_us"])
+    if region_prefix is not None:
+        labels = innermost(_annotations(events, region_prefix), [iv["_launch"] for iv in gpu])
+        for iv, label in zip(gpu, labels):
+            if label is not None:
+                iv["region"] = label
     order = sorted(first)
     for k in range(1, len(order)):   # windows follow one another even if a step's first record ran early
         first[order[k]] = max(first[order[k]], first[order[k - 1]])
@@ -118,10 +162,9 @@ class GpuTimeline:
     @contextmanager
     def capture(self):
         try:
-            import torch
             from torch.profiler import ProfilerActivity, profile
 
-            if torch._C._autograd._profiler_enabled():
+            if profiler_running():
                 # a second profiler would end the first one's session (--profile torch): leave it be
                 raise RuntimeError("another torch profiler is running (--profile torch)")
             self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],

@@ -26,8 +26,10 @@ class CaseState:
     - ``columns_from_time``: columns derived from the Case's reduced median ``time_us`` (rank 0),
       e.g. a command rate.
     - ``sample_columns``: per-iteration values on this rank (column -> list, one per timed
-      iteration) that samples.csv keeps beside ``time_us``, e.g. a training step's phases.
-    - ``timeline``: this rank's classified timeline of the timed steps, ``{"source", "steps":
+      iteration; a shorter list fills the first iterations) that samples.csv keeps beside
+      ``time_us``, e.g. a training step's phases and its profiled steps' split.
+    - ``timeline``: this rank's classified timeline of the profiled steps (a batch of its own,
+      step_split.PROFILED_STEPS at most, unless the timeline is what a Case checks), ``{"source", "steps":
       [(start_us, end_us)], "intervals": [{kind, stream, start_us, end_us, name}]}``
       (measure/step_split.py); the runner stores it as timeline/<case_id>.r<rank>.json.
     """

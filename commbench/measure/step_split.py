@@ -13,13 +13,28 @@ peer copies, a family's own communication kernels), ``copy`` (local memory copie
 
 So ``compute_us + exposed_comm_us + idle_us == step_us`` exactly (up to float rounding), and
 ``0 <= exposed_comm_us <= comm_us``. ``invariant_problems`` checks those on a finished row.
+
+A row's split is the slowest rank's mean step, the critical path of a step whose ranks meet in
+collectives; ``shares`` gives each part's share of it (``compute_share_pct``,
+``exposed_share_pct``, ``idle_share_pct``, summing to 100).
+
+The timeline is recorded on a batch of its own, after the timed one (the profiler's cost must not
+land in ``time_us``), capped at ``PROFILED_STEPS`` steps: the split is a mean per step, so a few
+steps give it, while the trace a profiler keeps, exports and parses grows with every step.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 KINDS = ("comm", "copy", "compute")
+# the most steps a profiled batch runs (see the module's docstring)
+PROFILED_STEPS = 5
 SPLIT_COLUMNS = ("step_us", "compute_us", "comm_us", "copy_us", "exposed_comm_us", "overlap_pct", "idle_us")
+# the parts of the step (they sum to step_us) -> their share columns
+SHARE_COLUMNS = {"compute_us": "compute_share_pct", "exposed_comm_us": "exposed_share_pct",
+                 "idle_us": "idle_share_pct"}
+# how far the shares' sum may be from 100 (they are rounded only by float arithmetic)
+SHARE_TOLERANCE_PCT = 0.5
 # the identity's tolerance: the larger of an absolute floor and a share of the step
 TOLERANCE_US = 2.0
 TOLERANCE_FRAC = 0.005
@@ -103,10 +118,24 @@ def mean_split(splits: Sequence[dict]) -> dict:
     return out
 
 
+def profiled_steps(iters: int) -> int:
+    """How many steps a profiled batch runs for a Case of ``iters`` timed steps."""
+    return max(1, min(int(iters), PROFILED_STEPS))
+
+
+def shares(split: dict) -> dict:
+    """Each part's share of the step in percent (empty for a step of no length)."""
+    step = split.get("step_us") or 0.0
+    if step <= 0:
+        return {}
+    return {share: 100.0 * split[part] / step for part, share in SHARE_COLUMNS.items() if part in split}
+
+
 def slowest(per_rank: Sequence[dict]) -> tuple[int, dict]:
-    """(rank, its mean split) of the rank with the longest mean step."""
+    """(rank, its mean split with its shares) of the rank with the longest mean step: the
+    critical path."""
     rank = max(range(len(per_rank)), key=lambda r: per_rank[r].get("step_us", 0.0))
-    return rank, per_rank[rank]
+    return rank, {**per_rank[rank], **shares(per_rank[rank])}
 
 
 def tolerance_us(step_us: float) -> float:
@@ -147,4 +176,10 @@ def invariant_problems(row: dict) -> list[str]:
         if abs(total - step) > tol:
             out.append(f"compute_us + exposed_comm_us + idle_us = {total:.1f} != step_us {step:.1f} "
                        f"(tolerance {tol:.1f} us)")
+    pcts = [num(col) for col in SHARE_COLUMNS.values()]
+    for col, v in zip(SHARE_COLUMNS.values(), pcts):
+        if v is not None and not -SHARE_TOLERANCE_PCT <= v <= 100 + SHARE_TOLERANCE_PCT:
+            out.append(f"{col} {v:.1f} outside 0..100")
+    if None not in pcts and abs(sum(pcts) - 100) > SHARE_TOLERANCE_PCT:
+        out.append(f"the shares sum to {sum(pcts):.2f}, not 100")
     return out

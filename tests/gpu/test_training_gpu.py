@@ -83,7 +83,7 @@ def _verdict(row: dict, must_be_correct: bool) -> list[str]:
         return bad
     if must_be_correct and row["status"] == "wrong":
         bad.append(f"wrong: {row.get('reason')}")   # e.g. the step split broke an invariant
-    if row["timing"] not in ("step_events", "step_host") or not row["step_us"] > 0 or not row["compute_us"] > 0:
+    if row["timing"] not in ("step_events", "step_host") or not row.get("time_us", 0) > 0:
         bad.append("no event timing")
     if row.get("timeline_note") or row.get("idle_us") is None:
         bad.append(f"no step split: {row.get('timeline_note')}")

@@ -69,3 +69,73 @@ def test_the_spin_kernels_compile_for_sm90():
     from commbench import jit
 
     jit.compile_check("harness_spin", arch="sm_90")
+
+
+class _Stream:
+    def synchronize(self):
+        pass
+
+
+class _Timeline:
+    """A timeline that recorded ``steps`` windows (or none, with a note)."""
+
+    source = "cupti"
+
+    def __init__(self, steps: int, note: str = ""):
+        from contextlib import nullcontext
+
+        self.note, self.capture, self.step = note, nullcontext, lambda i: nullcontext()
+        self.windows = [(i * 3000.0, (i + 1) * 3000.0) for i in range(steps)]
+        self.intervals = [iv for s, _e in self.windows for iv in (
+            {"kind": "compute", "start_us": s, "end_us": s + 2000.0},
+            {"kind": "comm", "start_us": s + 2000.0, "end_us": s + 3000.0})]
+
+
+class _World:
+    """Rank ``rank`` of two; the other rank sends ``other`` to the gather."""
+
+    def __init__(self, rank: int, other):
+        self.rank, self.other, self.gathered = rank, other, 0
+
+    def barrier(self):
+        pass
+
+    def allgather(self, mine):
+        self.gathered += 1
+        return [mine, self.other] if self.rank == 0 else [self.other, mine]
+
+
+def _state(world):
+    return overlap.OverlapState(world=world, placement="after", compute_us=2000.0, comm_us=1000.0,
+                                stream=_Stream(), side=_Stream(), count=1,
+                                extra={f"expected_{k}": v
+                                       for k, v in overlap.expected("after", 2000.0, 1000.0).items()})
+
+
+@pytest.mark.parametrize("mine_ok", [True, False])
+def test_a_rank_without_a_timeline_fails_every_rank_after_the_gather(monkeypatch, mine_ok):
+    """A rank that raised before the gather would leave the others waiting in it: every rank gathers
+    (note, split) first, then all fail with the same reason."""
+    from commbench.measure import gpu_timeline
+
+    monkeypatch.setattr(overlap, "step", lambda state: None)
+    monkeypatch.setattr(gpu_timeline, "GpuTimeline",
+                        lambda comm_names=(): _Timeline(3) if mine_ok else _Timeline(0, "no CUPTI"))
+    other = ("no CUPTI", {}) if mine_ok else ("", {"step_us": 3000.0})
+    world = _World(1, other)
+    with pytest.raises(RuntimeError) as err:
+        overlap.measure(_state(world), 1, 3)
+    assert world.gathered == 1
+    assert f"rank {0 if mine_ok else 1}: no CUPTI" in str(err.value)
+
+
+def test_every_rank_with_a_timeline_takes_the_slowest_ranks_split(monkeypatch):
+    from commbench.measure import gpu_timeline
+
+    monkeypatch.setattr(overlap, "step", lambda state: None)
+    monkeypatch.setattr(gpu_timeline, "GpuTimeline", lambda comm_names=(): _Timeline(3))
+    mine = step_split.mean_split(step_split.split_steps(_Timeline(3).intervals, _Timeline(3).windows))
+    world = _World(0, ("", {**mine, "step_us": 3100.0, "idle_us": mine["idle_us"] + 100.0}))
+    state = _state(world)
+    assert overlap.measure(state, 1, 3) == [3000.0] * 3
+    assert state.extra["slowest_rank"] == 1 and state.extra["idle_share_pct"] == pytest.approx(100 * 100 / 3100)

@@ -174,3 +174,79 @@ def test_a_trace_recorded_on_an_h200_gives_what_the_gpu_run_printed():
                    "idle_us": 1525.24, "dispatch_us": 14.12, "expert_us": 156.03, "combine_us": 27.4,
                    "tbo_hidden_us": 0.0}
     assert invariant_problems(cols) == []
+
+
+class _ProfiledState:
+    """What layer_profile needs of a LayerState: run (counted), regions, a stream, a world."""
+
+    def __init__(self, fail=None):
+        class Stream:
+            def synchronize(self):
+                pass
+
+        class World:
+            def barrier(self):
+                pass
+
+        self.stream, self.world, self.regions, self.runs, self.fail = Stream(), World(), False, 0, fail
+        self.regions_seen = []
+
+    def run(self):
+        self.runs += 1
+        self.regions_seen.append(self.regions)
+        if self.fail:
+            raise self.fail
+
+
+def test_the_profiled_batch_leaves_a_running_profiler_alone_and_still_runs_capped():
+    """--profile torch: a second profiler would end the first one's session; the batch runs anyway
+    (the other ranks' collectives need it), at most PROFILED_STEPS steps."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from commbench.families.moe import layer_profile
+    from commbench.measure.step_split import PROFILED_STEPS
+
+    state = _ProfiledState()
+    with profile(activities=[ProfilerActivity.CPU]):
+        windows, intervals, note = layer_profile.profiled_steps(state, 50)
+        assert torch._C._autograd._profiler_enabled()   # the outer profiler still runs
+    assert (windows, intervals) == ([], []) and "another torch profiler is running" in note
+    assert state.runs == PROFILED_STEPS and state.regions_seen == [False] * PROFILED_STEPS
+
+
+def test_a_profiler_that_fails_to_stop_never_hides_the_batchs_own_error(monkeypatch):
+    pytest.importorskip("torch")
+    from commbench.families.moe import layer_profile
+
+    class BadProfiler:
+        def __exit__(self, *exc):
+            raise RuntimeError("CUPTI went away")
+
+    monkeypatch.setattr(layer_profile, "_start", lambda: (BadProfiler(), ""))
+    state = _ProfiledState(fail=ValueError("the layer failed"))
+    with pytest.raises(ValueError, match="the layer failed"):
+        layer_profile.profiled_steps(state, 3)
+    assert state.regions is False
+    ok = _ProfiledState()
+    assert layer_profile.profiled_steps(ok, 3) == ([], [], "the profiler did not stop: RuntimeError: CUPTI went away")
+    assert ok.runs == 3 and ok.regions_seen == [True] * 3
+
+
+def test_a_layer_of_no_length_has_no_comm_share(monkeypatch):
+    from types import SimpleNamespace
+
+    from commbench.families.moe import layer as layer_mod
+
+    cols = {"step_us": 0.0, "compute_us": 0.0, "comm_us": 0.0, "copy_us": 0.0, "exposed_comm_us": 0.0,
+            "overlap_pct": None, "idle_us": 0.0, "expert_us": 0.0}
+    monkeypatch.setattr(layer_mod.layer_profile, "profiled_steps", lambda state, iters: ([(0.0, 0.0)], [], ""))
+    monkeypatch.setattr(layer_mod.layer_timeline, "rank_columns", lambda w, i, two: dict(cols))
+
+    class OneRank:
+        def allgather(self, mine):
+            return [mine]
+    state = SimpleNamespace(world=OneRank(), side=None, extra={}, inter=64,
+                            problem=SimpleNamespace(hidden=128, tokens=16, topk=2))
+    layer_mod.LayerState._timeline_columns(state, 1)
+    assert state.extra["comm_share"] is None and state.extra["expert_tflops"] is None

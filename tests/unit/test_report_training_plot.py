@@ -55,3 +55,16 @@ def test_training_bar_labels_never_overlap():
         labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
         assert all(len(line) <= 24 for lab in labels for line in lab.split("\n")), labels
         plt.close(fig)
+
+
+def test_the_table_keeps_the_timed_step_the_profiled_one_and_the_shares():
+    from commbench.analysis.report.training import overlap_table
+
+    rows = _rows(2, ops=("fsdp",)).assign(time_us=95.0, compute_share_pct=60.0, exposed_share_pct=38.0,
+                                         idle_share_pct=2.0)
+    no_split = rows.iloc[:1].drop(columns=["step_us", "compute_us", "comm_us", "exposed_comm_us", "idle_us"])
+    table = overlap_table(pd.concat([rows, no_split.assign(strategy="under --profile torch")]))
+    cols = list(table.columns)
+    assert cols.index("time_us") < cols.index("step_us") < cols.index("compute_share_pct")
+    assert {"exposed_share_pct", "idle_share_pct"} <= set(cols)
+    assert len(table) == 3   # a row without a split (timeline_note) stays in the table

@@ -148,3 +148,59 @@ def test_a_running_profiler_is_left_alone():
                 torch.ones(4).sum()
     assert "another torch profiler is running" in tl.note and tl.windows == []
     assert any(e.name == gpu_timeline.STEP_PREFIX + "0" for e in outer.events())
+
+
+def test_the_critical_paths_shares_sum_to_100_and_the_slowest_rank_carries_them():
+    doc = json.loads((FIXTURES / "half_under.json").read_text())
+    splits = step_split.split_steps(doc["intervals"], [tuple(s) for s in doc["steps"]])
+    fast = {**step_split.mean_split(splits)}
+    slow = {**fast, "step_us": fast["step_us"] + 50.0, "idle_us": fast["idle_us"] + 50.0}
+    rank, row = step_split.slowest([fast, slow])
+    assert rank == 1
+    got = [row[c] for c in step_split.SHARE_COLUMNS.values()]
+    assert sum(got) == pytest.approx(100.0)
+    assert row["exposed_share_pct"] == pytest.approx(100 * slow["exposed_comm_us"] / slow["step_us"])
+    assert row["idle_share_pct"] == pytest.approx(100 * slow["idle_us"] / slow["step_us"])
+    assert step_split.invariant_problems(row) == []
+    assert step_split.shares({"step_us": 0.0, "compute_us": 0.0}) == {}
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"idle_share_pct": 30.0}, "the shares sum to 120.00, not 100"),
+    ({"compute_share_pct": 110.0, "exposed_share_pct": -10.0, "idle_share_pct": 0.0},
+     "compute_share_pct 110.0 outside"),
+])
+def test_shares_that_do_not_add_up_make_the_row_wrong(change, says):
+    row = {**GOOD, "compute_share_pct": 70.0, "exposed_share_pct": 20.0, "idle_share_pct": 10.0}
+    runner.apply_split_invariants(row)
+    assert row["status"] == "ok"
+    row.update(change)
+    runner.apply_split_invariants(row)
+    assert row["status"] == "wrong" and says in row["reason"], row["reason"]
+
+
+def test_a_profiled_batch_is_capped():
+    assert step_split.profiled_steps(100) == step_split.PROFILED_STEPS
+    assert step_split.profiled_steps(3) == 3 and step_split.profiled_steps(0) == 1
+
+
+def test_innermost_span_of_each_time_by_one_sweep():
+    spans = [(0, 100, "outer"), (10, 20, "a"), (12, 15, "a.inner"), (30, 40, "b"), (200, 210, "c")]
+    times = [11, 13, 15, 25, 35, 150, None, 205, -1]
+    assert gpu_timeline.innermost(spans, times) == ["a", "a.inner", "a.inner", "outer", "b", None, None, "c", None]
+
+
+def test_records_carry_the_region_their_launch_was_in():
+    def x(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": args}
+    events = [x("user_annotation", gpu_timeline.STEP_PREFIX + "0", 0, 50),
+              x("user_annotation", "fam.part.0", 1, 10), x("user_annotation", "fam.part.0.deep", 2, 3),
+              x("cuda_runtime", "cudaLaunchKernel", 3, 1, correlation=1),
+              x("cuda_runtime", "cudaLaunchKernel", 8, 1, correlation=2),
+              x("cuda_runtime", "cudaLaunchKernel", 20, 1, correlation=3),
+              x("kernel", "k1", 100, 5, correlation=1, stream=7), x("kernel", "k2", 105, 5, correlation=2, stream=7),
+              x("kernel", "k3", 110, 5, correlation=3, stream=7)]
+    _w, ivs = gpu_timeline.steps_from_trace(events, region_prefix="fam.")
+    assert {iv["name"]: iv.get("region") for iv in ivs} == {"k1": "part.0.deep", "k2": "part.0", "k3": None}
+    _w, plain = gpu_timeline.steps_from_trace(events)
+    assert not any("region" in iv for iv in plain)

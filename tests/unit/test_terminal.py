@@ -95,17 +95,22 @@ def test_headline_takes_the_columns_the_row_has():
 
     assert headline({"status": "ok", "time_us": 12.34, "busbw_gbps": 4.567}) == "12.3 us, busbw 4.57 GB/s"
     assert headline({"status": "ok", "time_us": 900, "step_us": 900.0, "exposed_comm_us": 90.0,
-                     "overlap_pct": 80.0, "busbw_gbps": 3.0}) == "step 900.0 us, exposed 90.0 us, overlap 80%"
+                     "overlap_pct": 80.0, "busbw_gbps": 3.0}) == "step 900.0 us; exposed 90.0 us, overlap 80%"
     assert headline({"status": "ok", "layer_us": 250.0, "dispatch_us": 60.0, "expert_us": 100.0,
                      "combine_us": 70.0}) == "layer 250.0 us (dispatch 60.0 us, experts 100.0 us, combine 70.0 us)"
     # a step split from its timeline: idle too; a two-batch layer also says what overlap hid
     assert headline({"status": "ok", "step_us": 900.0, "exposed_comm_us": 90.0, "overlap_pct": 80.0,
-                     "idle_us": 10.0}) == "step 900.0 us, exposed 90.0 us, overlap 80%, idle 10.0 us"
+                     "idle_us": 10.0}) == "step 900.0 us; exposed 90.0 us, overlap 80%, idle 10.0 us"
+    # the timed step leads; a profiled step that differs from it is named, with the critical path's shares
+    assert headline({"status": "ok", "time_us": 880.0, "step_us": 900.0, "compute_share_pct": 88.9,
+                     "exposed_comm_us": 90.0, "exposed_share_pct": 10.0, "overlap_pct": 80.0, "idle_us": 10.0,
+                     "idle_share_pct": 1.1}) == ("step 880.0 us; profiled step 900.0 us: compute 89%, "
+                                                 "exposed 90.0 us (10%), overlap 80%, idle 10.0 us (1%)")
     assert headline({"status": "ok", "layer_us": 250.0, "step_us": 260.0, "dispatch_us": 60.0, "expert_us": 100.0,
                      "combine_us": 70.0, "exposed_comm_us": 40.0, "overlap_pct": 69.2, "idle_us": 5.0,
                      "tbo_hidden_us": 60.0, "tbo_gain_pct": 46.2}) == (
-        "layer 250.0 us (dispatch 60.0 us, experts 100.0 us, combine 70.0 us), exposed 40.0 us, overlap 69%, "
-        "idle 5.00 us, two-batch hid 60.0 us (46%)")
+        "layer 250.0 us (dispatch 60.0 us, experts 100.0 us, combine 70.0 us); profiled step 260.0 us: "
+        "exposed 40.0 us, overlap 69%, idle 5.00 us, two-batch hid 60.0 us (46%)")
     assert headline({"status": "ok", "time_us": 2.0, "latency_p50_us": 1.5,
                      "latency_p99_us": 3.25}) == "p50 1.50 us, p99 3.25 us"
     assert headline({"status": "skipped", "reason": "nccl backend needs a GPU"}) == "nccl backend needs a GPU"

@@ -15,11 +15,12 @@ BAR_KEYS = ("run", "routing", "timing", "tokens_per_rank", "tokens", "hidden", "
             "intermediate", "num_sms", "gemm")
 SHOWN = ("model", "phase", "backend", "dtype", "world_size", "overlap", "tokens_per_rank",
          "layer_us", "step_us", "dispatch_us", "expert_us", "combine_us", "comm_us", "exposed_comm_us",
-         "overlap_pct", "idle_us", "tbo_hidden_us", "tbo_gain_pct", "serial_us", "overlap_gain",
+         "overlap_pct", "idle_us", "compute_share_pct", "exposed_share_pct", "idle_share_pct",
+         "tbo_hidden_us", "tbo_gain_pct", "serial_us", "overlap_gain",
          "tokens_per_s", "slowest_rank", "grouped_gemm", "max_token_err", "wrong")
 NUMERIC = ("layer_us", "step_us", "dispatch_us", "expert_us", "combine_us", "comm_us", "exposed_comm_us",
-           "overlap_pct", "idle_us", "tbo_hidden_us", "tbo_gain_pct", "serial_us", "overlap_gain",
-           "tokens_per_s", "max_token_err")
+           "overlap_pct", "idle_us", "compute_share_pct", "exposed_share_pct", "idle_share_pct",
+           "tbo_hidden_us", "tbo_gain_pct", "serial_us", "overlap_gain", "tokens_per_s", "max_token_err")
 
 
 def _is_layer(rows: pd.DataFrame):

@@ -135,10 +135,15 @@ def measure(state: OverlapState, warmup: int, iters: int) -> list[float]:
             with timeline.step(i):
                 step(state)
         state.stream.synchronize()
-    if timeline.note or len(timeline.windows) != iters:
-        raise RuntimeError(f"no timeline of the {iters} steps: {timeline.note or len(timeline.windows)}")
-    splits = step_split.split_steps(timeline.intervals, timeline.windows)
-    rank, split = step_split.slowest(state.world.allgather(step_split.mean_split(splits)))
+    note = timeline.note or ("" if len(timeline.windows) == iters else
+                             f"the timeline has {len(timeline.windows)} of {iters} steps")
+    splits = [] if note else step_split.split_steps(timeline.intervals, timeline.windows)
+    # every rank's (note, split) first: a rank failing alone would leave the others in the gather
+    gathered = state.world.allgather((note, step_split.mean_split(splits)))
+    notes = [f"rank {r}: {n}" for r, (n, _split) in enumerate(gathered) if n]
+    if notes:
+        raise RuntimeError(f"no timeline of the {iters} steps: {'; '.join(notes)}")
+    rank, split = step_split.slowest([s for _n, s in gathered])
     state.extra.update(split, slowest_rank=rank)
     want = {k[len("expected_"):]: v for k, v in state.extra.items() if k.startswith("expected_")}
     state.missed = misses(split, want)

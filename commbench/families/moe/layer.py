@@ -12,9 +12,10 @@ overlap and vLLM's dual-batch overlap do:
 
 Besides the layer (the row's time), ``measure`` times, for two_batch, the
 micro-batches one after the other on one stream (serial_us), then runs the
-layer once more under the profiler: dispatch, experts and combine, the exposed
-communication and what two-batch overlap hid come from that GPU timeline
-(layer_timeline.py).
+layer once more under the profiler, a separate batch of at most
+step_split.PROFILED_STEPS steps (layer_profile.py): dispatch, experts and
+combine, the exposed communication and what two-batch overlap hid come from
+that GPU timeline (layer_timeline.py), never from the timed batch.
 """
 from __future__ import annotations
 
@@ -275,7 +276,8 @@ class LayerState(CaseState):
         rank, cols = step_split.slowest([c for c, _n in gathered])
         p = self.problem
         flops = 2.0 * 3 * p.hidden * self.inter * p.tokens * p.topk   # mean rank's pairs
-        self.extra.update(cols, slowest_rank=rank, comm_share=cols["comm_us"] / cols["step_us"],
+        self.extra.update(cols, slowest_rank=rank, profiled_steps=len(windows),
+                          comm_share=cols["comm_us"] / cols["step_us"] if cols["step_us"] > 0 else None,
                           expert_tflops=flops / (cols["expert_us"] * 1e-6) / 1e12
                           if cols["expert_us"] > 0 else None)
 

@@ -1,4 +1,4 @@
-"""The MoE layer read from the GPU's own timeline: each kernel or copy of a timed layer belongs to
+"""The MoE layer read from the GPU's own timeline: each kernel or copy of a profiled layer step belongs to
 the region whose host code launched it (dispatch, experts or combine of micro-batch i), and the
 row's columns come from those intervals, step by step.
 
@@ -16,7 +16,7 @@ and the split (compute, comm, exposed, overlap, idle) are the measure floor's
 from __future__ import annotations
 
 from ...measure import step_split as ss
-from ...measure.gpu_timeline import GPU_CATS, LAUNCH_CATS, rebase, steps_from_trace
+from ...measure.gpu_timeline import rebase, steps_from_trace
 
 PREFIX = "commbench.moe."
 PARTS = ("dispatch", "experts", "combine")
@@ -38,45 +38,20 @@ def parse_region(label: str) -> tuple[str, int] | None:
     return (part, int(mb)) if part in PARTS and mb.isdigit() else None
 
 
-def _key(e: dict) -> tuple:
-    return (str(e.get("name", "")), (e.get("args") or {}).get("stream"), float(e["ts"]))
-
-
-def regions(events: list[dict]) -> dict[tuple, str]:
-    """(name, stream, start_us) of each GPU record -> "part.mb" of the innermost region whose host
-    span holds the call that launched it (its CUPTI correlation), for records launched in one."""
-    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), str(e["name"]))
-                   for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
-                   and parse_region(str(e.get("name", ""))))
-    launches = {e["args"]["correlation"]: float(e["ts"]) for e in events
-                if e.get("cat") in LAUNCH_CATS and "correlation" in (e.get("args") or {})}
-    out = {}
-    for e in events:
-        if e.get("ph") != "X" or e.get("cat") not in GPU_CATS:
-            continue
-        t = launches.get((e.get("args") or {}).get("correlation"))
-        if t is None:
-            continue
-        inside = [(end - start, label) for start, end, label in spans if start <= t <= end]
-        if inside:
-            part, mb = parse_region(min(inside)[1])
-            out[_key(e)] = f"{part}.{mb}"
-    return out
-
-
 def layer_timeline(events: list[dict]) -> tuple[list, list[dict]]:
     """(step windows, intervals) of the layer's steps from a torch.profiler trace's events, the
-    first window at 0 us. Each interval launched in a region carries ``region`` ("dispatch.0")
-    and the kind its region gives (dispatch, combine: comm; experts: compute); any other keeps
-    the measure floor's kind by name."""
-    windows, intervals = steps_from_trace(events)
-    where = regions(events)
+    first window at 0 us. Each interval launched in a region carries ``region`` ("dispatch.0",
+    the innermost region holding its launch: the measure floor's steps_from_trace) and the kind
+    its region gives (dispatch, combine: comm; experts: compute); any other keeps the measure
+    floor's kind by name."""
+    windows, intervals = steps_from_trace(events, region_prefix=PREFIX)
     out = []
     for iv in intervals:
-        region = where.get((iv["name"], iv["stream"], iv["start_us"]))
-        if region is not None:
-            part = region.partition(".")[0]
-            iv = {**iv, "kind": "comm" if part in COMM_PARTS else "compute", "region": region}
+        found = parse_region(PREFIX + iv["region"]) if "region" in iv else None
+        if found is None:
+            iv = {k: v for k, v in iv.items() if k != "region"}
+        else:
+            iv = {**iv, "kind": "comm" if found[0] in COMM_PARTS else "compute"}
         out.append(iv)
     return rebase(windows, out)
 

@@ -3,9 +3,10 @@
 Ops are parallelism strategies (fsdp, distopt, tp, cp) run as real steps:
 GEMMs and SDPA attention of a model preset's shapes, collectives through
 torch.distributed (NCCL on GPUs, gloo on the CPU) on the group's
-communication stream, overlapped as the strategy schedules them. The step is
-recorded on a timeline and split into compute, exposed communication and idle
-time (steptime.py, measure/step_split.py); the check compares with a
+communication stream, overlapped as the strategy schedules them. The steps
+are timed unrecorded (time_us), then a short batch of them is recorded on a
+timeline and split into compute, exposed communication and idle time
+(steptime.py, measure/step_split.py); the check compares with a
 single-process reference (docs/families/training.md).
 """
 from __future__ import annotations
@@ -120,7 +121,8 @@ class TrainingFamily(Family):
             state.schedule.step(NullTimer())
 
     def measure_steps(self, state: TrainingState, warmup: int, iters: int) -> list[float]:
-        """The step on its timeline (split per step), and the two cross-check runs (steptime.py)."""
+        """The timed steps (the row's time_us), a profiled batch split per step from its timeline,
+        and the two cross-check runs (steptime.py)."""
         from . import steptime
 
         cuda = state.stream is not None
@@ -129,7 +131,7 @@ class TrainingFamily(Family):
         with _on(state.stream):
             modes = steptime.run_modes(state.schedule, state.comm, warmup, iters, cuda,
                                        state.world.barrier, sync, timeline)
-        mine = steptime.rank_result(modes, timeline)
+        mine = steptime.rank_result(modes, timeline, iters)
         sent = sum(state.comm.sent_bytes.values())
         gathered = state.world.allgather((mine, sent))
         cols = steptime.summarize([g[0] for g in gathered])
