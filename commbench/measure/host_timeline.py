@@ -17,7 +17,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from .step_split import subtract
+from ..spans import subtract
 
 
 def now_us() -> float:

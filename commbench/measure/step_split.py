@@ -24,7 +24,9 @@ steps give it, while the trace a profiler keeps, exports and parses grows with e
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+
+from ..spans import Span, clip, length, spans_of, subtract, union
 
 KINDS = ("comm", "copy", "compute")
 # the most steps a profiled batch runs (see the module's docstring)
@@ -38,52 +40,6 @@ SHARE_TOLERANCE_PCT = 0.5
 # the identity's tolerance: the larger of an absolute floor and a share of the step
 TOLERANCE_US = 2.0
 TOLERANCE_FRAC = 0.005
-
-Span = tuple[float, float]
-
-
-def union(spans: Iterable[Span]) -> list[Span]:
-    """Sorted, disjoint spans covering the same time (empty spans dropped)."""
-    out: list[list[float]] = []
-    for start, end in sorted((float(s), float(e)) for s, e in spans if e > s):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(s, e) for s, e in out]
-
-
-def length(spans: Iterable[Span]) -> float:
-    return sum(e - s for s, e in union(spans))
-
-
-def subtract(spans: Iterable[Span], minus: Iterable[Span]) -> list[Span]:
-    """The parts of ``spans`` outside ``minus`` (both merged first)."""
-    cuts = union(minus)
-    out: list[Span] = []
-    for start, end in union(spans):
-        cur = start
-        for cs, ce in cuts:
-            if ce <= cur:
-                continue
-            if cs >= end:
-                break
-            if cs > cur:
-                out.append((cur, cs))
-            cur = max(cur, ce)
-            if cur >= end:
-                break
-        if cur < end:
-            out.append((cur, end))
-    return out
-
-
-def clip(spans: Iterable[Span], start_us: float, end_us: float) -> list[Span]:
-    return [(max(s, start_us), min(e, end_us)) for s, e in spans if e > start_us and s < end_us]
-
-
-def spans_of(intervals: Iterable[dict], *kinds: str) -> list[Span]:
-    return [(iv["start_us"], iv["end_us"]) for iv in intervals if iv["kind"] in kinds]
 
 
 def split_window(intervals: Sequence[dict], start_us: float, end_us: float) -> dict:

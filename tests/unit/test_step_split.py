@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from commbench import runner
+from commbench import runner, spans
 from commbench.measure import gpu_timeline, host_timeline, step_split
 
 FIXTURES = Path(__file__).parent / "fixtures" / "timelines"
@@ -41,10 +41,10 @@ def test_the_fixtures_cover_every_kind():
 
 
 def test_union_and_subtract():
-    assert step_split.union([(5, 8), (0, 2), (1, 3), (8, 9), (4, 4)]) == [(0, 3), (5, 9)]
-    assert step_split.subtract([(0, 10)], [(2, 3), (5, 12)]) == [(0, 2), (3, 5)]
-    assert step_split.subtract([(0, 10), (20, 30)], [(-5, 1), (25, 26)]) == [(1, 10), (20, 25), (26, 30)]
-    assert step_split.length([(0, 3), (1, 4)]) == 4
+    assert spans.union([(5, 8), (0, 2), (1, 3), (8, 9), (4, 4)]) == [(0, 3), (5, 9)]
+    assert spans.subtract([(0, 10)], [(2, 3), (5, 12)]) == [(0, 2), (3, 5)]
+    assert spans.subtract([(0, 10), (20, 30)], [(-5, 1), (25, 26)]) == [(1, 10), (20, 25), (26, 30)]
+    assert spans.length([(0, 3), (1, 4)]) == 4
 
 
 def test_the_mean_of_steps_keeps_the_identity_and_the_slowest_rank_is_named():
