@@ -28,24 +28,27 @@ from commbench.families.moe.presets import PHASE_TOKENS
 from commbench.families.moe.reference import make_tokens
 
 
-def _pair(up: Config, **kw) -> tuple[Config, Config]:
-    """gate/up and down configurations of one variant (down: 256 columns per tile)."""
+def _pair(up: Config, down: Config = Config(128, 256, 64, 8, 3), **kw) -> tuple[Config, Config]:
+    """gate/up and down configurations of one variant, both with the options in kw."""
     from dataclasses import replace
 
-    return replace(up, **kw), replace(Config(128, 256, 64, 8, 3), **kw)
+    return replace(up, **kw), replace(down, **kw)
 
 
-UP = Config(128, 128, 64, 8, 3)
-PREFILL_VARIANTS = (   # most telling first: the budget may cut the tail of the list
+UP, UP64 = Config(128, 128, 64, 8, 3), Config(128, 64, 64, 8, 3)
+DOWN128 = Config(128, 128, 64, 8, 3)
+PREFILL_VARIANTS = (   # most telling first: the budget may cut the end of the list
     ("grouped", _pair(UP)),
-    ("grouped-t16", _pair(UP, tail_m=16)),
+    ("grouped-a32", _pair(UP, attach_m=32)),
+    ("grouped-a32-bn64", _pair(UP64, DOWN128, attach_m=32)),
     ("grouped-t32", _pair(UP, tail_m=32)),
-    ("grouped-t16-tma", _pair(UP, tail_m=16, tma=True)),
     ("rowmajor (before)", _pair(UP, grouped=False)),
+    ("grouped-a32-t32", _pair(UP, tail_m=32, attach_m=32)),
+    ("grouped-a32-tma", _pair(UP, attach_m=32, tma=True)),
+    ("grouped-t16", _pair(UP, tail_m=16)),
+    ("grouped-a64-bn64", _pair(UP64, DOWN128, attach_m=64)),
     ("grouped-t32-tma", _pair(UP, tail_m=32, tma=True)),
-    ("grouped-t64", _pair(UP, tail_m=64)),
-    ("grouped-t16-tma-s4", (Config(128, 128, 64, 8, 4, 16, True, True),
-                            Config(128, 128, 64, 8, 4, 16, True, True))),
+    ("grouped-a32-s4", _pair(Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 4), attach_m=32)),
 )
 DECODE_PINNED = {   # the tuner's decode choices on the H200 (2026-12-03)
     "deepseek-v3": (Config(16, 32, 256, 4, 4), Config(16, 128, 128, 4, 4)),
@@ -77,7 +80,7 @@ def _row(model, phase, variant, experts, xe, ends, counts, want, bound, H, I, cf
     h = moe_gemm(xe, experts.w13, ends, True, up)
     up_us = _event_us(lambda: moe_gemm(xe, experts.w13, ends, True, up))
     down_us = _event_us(lambda: moe_gemm(h, experts.w2, ends, False, down))
-    padded = sum(n for r in counts for _, n in expert_blocks(r, up.block_m, up.tail))
+    padded = sum(n for r in counts for _, n in expert_blocks(r, up.block_m, up.tail, up.attach_m))
     return {"model": model, "phase": phase, "variant": variant, "time_us": round(t, 1),
             "single_us": round(single, 1), "gate_up_us": round(up_us, 1), "down_us": round(down_us, 1),
             "roofline_us": f"{bound.roofline_us:.1f} ({bound.bound})", "pct": round(bound.pct_of(t), 1),
@@ -119,7 +122,9 @@ def sweep(model: str, deadline: float) -> None:
         xe = make_tokens(0, pairs, H, "cuda")
         ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
         want = reference(experts, xe, counts)
-        variants = ([("pinned", DECODE_PINNED[model])] if phase == "decode" else PREFILL_VARIANTS)
+        pinned = DECODE_PINNED[model]
+        variants = ([("pinned", pinned), ("pinned-tma", _pair(*pinned, tma=True))]
+                    if phase == "decode" else PREFILL_VARIANTS)
         for name, cfgs in variants:
             if time.time() > deadline:
                 print(f"# {model} {phase} {name}: skipped (time budget)", flush=True)

@@ -41,6 +41,8 @@ PREFILL_ROWS = [130, 257, 0, 96, 200, 1, 128, 65, 0, 15, 16, 17, 33, 100, 159]
     (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, tail_m=16)),
     (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, tail_m=32, tma=True)),
     (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, tail_m=16, tma=True)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, attach_m=32)),
+    (PREFILL_ROWS, fused.Config(128, 64, 64, 8, 3, tail_m=32, attach_m=32, tma=True)),
 ])
 def test_fused_matches_the_reference(counts, cfg):
     experts, xe, ends = _setup(counts, cfg=cfg)
@@ -51,11 +53,13 @@ def test_fused_matches_the_reference(counts, cfg):
     assert [t["config"] for t in experts.fused.tried] == [cfg.label()] * 2   # gate_up, down
 
 
-@pytest.mark.parametrize("block_m,tail_m", [(16, 16), (128, 128), (128, 16), (128, 32), (64, 16)])
-def test_device_block_map_is_the_reference(block_m, tail_m):
+@pytest.mark.parametrize("block_m,tail_m,attach_m", [(16, 16, 0), (128, 128, 0), (128, 16, 0),
+                                                     (128, 32, 0), (64, 16, 0), (128, 128, 32),
+                                                     (128, 32, 64)])
+def test_device_block_map_is_the_reference(block_m, tail_m, attach_m):
     ends = torch.tensor(PREFILL_ROWS, device="cuda").cumsum(0).to(torch.int32)
-    got = fused.block_map(ends, block_m, sum(PREFILL_ROWS), tail_m)
-    want = fused.block_map_reference(ends, block_m, sum(PREFILL_ROWS), tail_m)
+    got = fused.block_map(ends, block_m, sum(PREFILL_ROWS), tail_m, attach_m)
+    want = fused.block_map_reference(ends, block_m, sum(PREFILL_ROWS), tail_m, attach_m)
     for a, b in zip(got[:4], want[:4]):
         assert a.tolist() == b.tolist()
     assert got.count == want.count

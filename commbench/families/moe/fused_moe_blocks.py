@@ -3,7 +3,11 @@
 An expert with r rows gets r // BLOCK_M full blocks; the rest, rounded up to
 TAIL_M rows, is cut into blocks of TAIL_M * 2^j rows, largest first (at most
 one of each size), so an expert pads fewer than TAIL_M rows (TAIL_M = BLOCK_M:
-the classic map, the last block padded up to BLOCK_M). Blocks are numbered
+the classic map, the last block padded up to BLOCK_M). With ATTACH_M, an
+expert whose last rows (after at least one full block) number at most ATTACH_M
+instead gives its last full block those rows too (size class BLOCK_M +
+ATTACH_M): one program computes both against one read of each weight tile.
+Blocks are numbered
 expert after expert; spare entries (the map is sized for the worst case, so no
 count reaches the host) name expert L, which the kernel skips.
 """
@@ -36,8 +40,12 @@ def max_blocks(rows: int, experts: int, block_m: int, tail_m: int) -> int:
     return -(-rows // block_m) + experts * (1 + len(tail_sizes(block_m, tail_m)))
 
 
-def expert_blocks(r: int, block_m: int, tail_m: int) -> list[tuple[int, int]]:
-    """(first row, size) of each block of an expert with r rows."""
+def expert_blocks(r: int, block_m: int, tail_m: int, attach_m: int = 0) -> list[tuple[int, int]]:
+    """(first row, size class) of each block of an expert with r rows."""
+    full, rem = divmod(r, block_m)
+    if attach_m and full and 0 < rem <= attach_m:
+        return [(i * block_m, block_m) for i in range(full - 1)] + [((full - 1) * block_m,
+                                                                     block_m + attach_m)]
     units = -(-r // tail_m)
     per = block_m // tail_m
     full, rest = divmod(units, per)
@@ -51,7 +59,8 @@ def expert_blocks(r: int, block_m: int, tail_m: int) -> list[tuple[int, int]]:
     return out
 
 
-def block_map_reference(ends: torch.Tensor, block_m: int, rows: int, tail_m: int = 0) -> Blocks:
+def block_map_reference(ends: torch.Tensor, block_m: int, rows: int, tail_m: int = 0,
+                        attach_m: int = 0) -> Blocks:
     """The block map in plain Python (tests compare the device map with it)."""
     tail_m = tail_m or block_m
     L = ends.numel()
@@ -59,7 +68,7 @@ def block_map_reference(ends: torch.Tensor, block_m: int, rows: int, tail_m: int
     count = max_blocks(rows, L, block_m, tail_m)
     expert, row0, size, end = [], [], [], []
     for e in range(L):
-        for first, n in expert_blocks(bounds[e + 1] - bounds[e], block_m, tail_m):
+        for first, n in expert_blocks(bounds[e + 1] - bounds[e], block_m, tail_m, attach_m):
             expert.append(e), row0.append(first), size.append(n)
         end.append(len(expert))
     spare = count - len(expert)
@@ -78,7 +87,8 @@ def _map_kernel():
 
     @triton.jit
     def block_map_kernel(ends_ptr, expert_ptr, row0_ptr, rows_ptr, end_ptr, L, count,
-                         BLOCK_M: tl.constexpr, TAIL_M: tl.constexpr, BLOCK_L: tl.constexpr,
+                         BLOCK_M: tl.constexpr, TAIL_M: tl.constexpr, ATTACH_M: tl.constexpr,
+                         BLOCK_L: tl.constexpr,
                          NBITS: tl.constexpr, FILL: tl.constexpr):
         e = tl.arange(0, BLOCK_L)
         ok = e < L
@@ -87,6 +97,13 @@ def _map_kernel():
         units = (end - start + TAIL_M - 1) // TAIL_M
         full = units // (BLOCK_M // TAIL_M)
         rest = units % (BLOCK_M // TAIL_M)
+        attach = e < 0   # all false
+        if ATTACH_M > 0:
+            q = (end - start) // BLOCK_M
+            rem = (end - start) % BLOCK_M
+            attach = (q >= 1) & (rem > 0) & (rem <= ATTACH_M)
+            full = tl.where(attach, q, full)
+            rest = tl.where(attach, 0, rest)
         nblk = full
         for j in tl.static_range(NBITS):
             nblk += (rest >> j) & 1
@@ -97,7 +114,8 @@ def _map_kernel():
             here = ok & (j < full)
             tl.store(expert_ptr + slot + j, e, mask=here)
             tl.store(row0_ptr + slot + j, j * BLOCK_M, mask=here)
-            tl.store(rows_ptr + slot + j, tl.zeros_like(e) + BLOCK_M, mask=here)
+            size = tl.where(attach & (j == full - 1), BLOCK_M + ATTACH_M, BLOCK_M)
+            tl.store(rows_ptr + slot + j, size, mask=here)
         slot += full
         row = full * BLOCK_M
         for i in tl.static_range(NBITS):   # the tail blocks, largest first
@@ -120,7 +138,8 @@ def _map_kernel():
     return block_map_kernel
 
 
-def block_map(ends: torch.Tensor, block_m: int, rows: int, tail_m: int = 0) -> Blocks:
+def block_map(ends: torch.Tensor, block_m: int, rows: int, tail_m: int = 0,
+              attach_m: int = 0) -> Blocks:
     """block_map_reference's map from one Triton program (ends: int32 on the device)."""
     tail_m = tail_m or block_m
     L = ends.numel()
@@ -130,6 +149,6 @@ def block_map(ends: torch.Tensor, block_m: int, rows: int, tail_m: int = 0) -> B
     block_l = 1 << max(L - 1, 1).bit_length()
     nbits = (block_m // tail_m).bit_length() - 1
     _map_kernel()[(1,)](ends, out.expert, out.row0, out.rows, out.end, L, count,
-                        BLOCK_M=block_m, TAIL_M=tail_m, BLOCK_L=block_l, NBITS=nbits,
+                        BLOCK_M=block_m, TAIL_M=tail_m, ATTACH_M=attach_m, BLOCK_L=block_l, NBITS=nbits,
                         FILL=1024, num_warps=4)
     return out

@@ -11,7 +11,9 @@ class Config:
     so it pads fewer than tail_m rows (0: tail_m = block_m, every block BLOCK_M rows).
     ``grouped``: an expert's row blocks take each column tile in turn (so they read each
     weight tile at about the same time, once from HBM); else each row block runs all its
-    column tiles first. ``tma``: load the tiles through tensor descriptors (TMA)."""
+    column tiles first. ``tma``: load the tiles through tensor descriptors (TMA).
+    ``attach_m``: an expert's last full block also takes up to attach_m leftover rows (one
+    weight read for both; fused_moe_blocks)."""
     block_m: int
     block_n: int
     block_k: int
@@ -20,6 +22,7 @@ class Config:
     tail_m: int = 0
     grouped: bool = True
     tma: bool = False
+    attach_m: int = 0
 
     @property
     def tail(self) -> int:
@@ -30,6 +33,8 @@ class Config:
                f"w{self.num_warps}-s{self.num_stages}")
         if self.tail < self.block_m:
             out += f"-t{self.tail}"
+        if self.attach_m:
+            out += f"-a{self.attach_m}"
         if not self.grouped:
             out += "-rowmajor"
         return out + ("-tma" if self.tma else "")

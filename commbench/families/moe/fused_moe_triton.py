@@ -56,14 +56,14 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
              cfg: Config, blocks: Blocks | None = None) -> torch.Tensor:
     """Grouped x @ w[e]^T per expert group; swiglu: w is w13 [L, 2N, K] and the output is
     silu(gate) * up [rows, N]; else w is [L, N, K]. ``blocks``: block_map(ends, cfg.block_m,
-    rows, cfg.tail) when the caller has it already."""
+    rows, cfg.tail, cfg.attach_m) when the caller has it already."""
     rows, K = x.shape
     L = w.shape[0]
     N = w.shape[1] // 2 if swiglu else w.shape[1]
     out = torch.empty(rows, N, dtype=torch.bfloat16, device=x.device)
     if rows == 0:
         return out
-    b = blocks or block_map(ends, cfg.block_m, rows, cfg.tail)
+    b = blocks or block_map(ends, cfg.block_m, rows, cfg.tail, cfg.attach_m)
     if cfg.tma:
         _tma_allocator(x.device.type)
     grid = (b.count * -(-N // cfg.block_n),)
@@ -72,7 +72,7 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
     kernel[grid](x, w, out, b.expert, b.row0, b.rows, b.end, ends, L, N, K, rows,
                    L * w.shape[1], x.stride(0), w.stride(0), w.stride(1), out.stride(0),
                    SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                   TAIL_M=cfg.tail, GROUPED=cfg.grouped, TMA=cfg.tma,
+                   TAIL_M=cfg.tail, ATTACH_M=cfg.attach_m, GROUPED=cfg.grouped, TMA=cfg.tma,
                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
@@ -118,8 +118,8 @@ class FusedExperts:
 
     def forward(self, xe: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
         up = self._pick("gate_up", xe, self.w13, ends, True)
-        blocks = block_map(ends, up.block_m, xe.shape[0], up.tail)
+        blocks = block_map(ends, up.block_m, xe.shape[0], up.tail, up.attach_m)
         h = moe_gemm(xe, self.w13, ends, True, up, blocks)
         down = self._pick("down", h, self.w2, ends, False)
-        same = (down.block_m, down.tail) == (up.block_m, up.tail)   # share the map when they can
+        same = (down.block_m, down.tail, down.attach_m) == (up.block_m, up.tail, up.attach_m)
         return moe_gemm(h, self.w2, ends, False, down, blocks if same else None)
