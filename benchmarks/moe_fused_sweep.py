@@ -41,6 +41,10 @@ PREFILL_VARIANTS = (   # most telling first: the budget may cut the end of the l
     ("grouped", _pair(UP)),
     ("grouped-a32", _pair(UP, attach_m=32)),
     ("grouped-a32-bn64", _pair(UP64, DOWN128, attach_m=32)),
+    # 256-row blocks: one program per expert and column tile at 219-288 rows (qwen3's)
+    ("bm256-a32-t64", _pair(Config(256, 64, 64, 8, 3), Config(256, 128, 64, 8, 3), attach_m=32,
+                            tail_m=64),
+     ("qwen3-235b-a22b",)),
     ("grouped-t32", _pair(UP, tail_m=32)),
     ("rowmajor (before)", _pair(UP, grouped=False)),
     ("grouped-a32-t32", _pair(UP, tail_m=32, attach_m=32)),
@@ -126,7 +130,9 @@ def sweep(model: str, deadline: float) -> None:
         xe = make_tokens(0, pairs, H, "cuda")
         ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
         want = reference(experts, xe, counts)
-        for name, cfgs in variants:
+        for name, cfgs, *only in variants:
+            if only and model not in only[0]:
+                continue
             if time.time() > deadline:
                 print(f"# {model} {phase} {name}: skipped (time budget)", flush=True)
                 continue
