@@ -95,7 +95,7 @@ from commbench.families.moe import fused_moe_triton as fused
 from commbench.families.moe.experts import expert_forward, expert_weights
 from commbench.families.moe.layer_ref import token_errors
 
-H, I, counts = 64, 48, [3, 0, 20, 1, 17]
+H, I, counts = 64, 48, [3, 0, 20, 1, 17]   # 20 and 17 rows: 16 + attached rows at BM16-a16
 w = [expert_weights(e, H, I) for e in range(len(counts))]
 w13 = torch.stack([a for a, _ in w])
 w2 = torch.stack([b for _, b in w])
@@ -108,13 +108,14 @@ for e, n in enumerate(counts):
     if n:
         want[start:start + n] = expert_forward(x[start:start + n], w13[e], w2[e])
     start += n
-for bm, tail in ((16, 16), (32, 32), (64, 16)):
-    ref = fused.block_map_reference(ends, bm, sum(counts), tail)
-    got = fused.block_map(ends, bm, sum(counts), tail)
+for bm, tail, attach in ((16, 16, 0), (32, 32, 0), (64, 16, 0), (16, 16, 16)):
+    ref = fused.block_map_reference(ends, bm, sum(counts), tail, attach)
+    got = fused.block_map(ends, bm, sum(counts), tail, attach)
     assert all(a.tolist() == b.tolist() for a, b in zip(got[:4], ref[:4])), (got, ref)
     assert got.count == ref.count
 for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2, grouped=False),
-            fused.Config(64, 32, 32, 4, 2, tail_m=16), fused.Config(64, 16, 32, 4, 2, tail_m=16, tma=True)):
+            fused.Config(64, 32, 32, 4, 2, tail_m=16), fused.Config(64, 16, 32, 4, 2, tail_m=16, tma=True),
+            fused.Config(16, 16, 32, 4, 2, attach_m=16)):
     h = fused.moe_gemm(x.half(), w13.half(), ends, True, cfg)
     got = fused.moe_gemm(h.half(), w2.half(), ends, False, cfg)
     print(cfg.label(), float(token_errors(got, want).max()))
@@ -135,7 +136,7 @@ def test_kernel_matches_the_reference_in_the_interpreter():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     errors = [float(line.split()[1]) for line in done.stdout.splitlines()]
-    assert len(errors) == 4 and max(errors) < 3e-2, done.stdout
+    assert len(errors) == 5 and max(errors) < 3e-2, done.stdout
 
 
 def test_layer_columns_sum_the_micro_batches(monkeypatch):
@@ -152,3 +153,25 @@ def test_layer_columns_sum_the_micro_batches(monkeypatch):
         expert_roofline(counts, 64, 32, 4800.0, 989.0).roofline_us)
     assert two["expert_roofline_us"] == pytest.approx(2 * one["expert_roofline_us"])
     assert two["pct_of_roofline"] == pytest.approx(100 * two["expert_roofline_us"] / 10.0)
+
+
+def test_config_labels_name_every_launch_option():
+    assert fused.Config(128, 128, 64, 8, 3).label() == "BM128-BN128-BK64-w8-s3"
+    cfg = fused.Config(128, 64, 64, 8, 3, tail_m=32, attach_m=32, grouped=False, tma=True)
+    assert cfg.label() == "BM128-BN64-BK64-w8-s3-t32-a32-rowmajor-tma"
+    assert cfg.tail == 32 and fused.Config(16, 64, 128, 4, 4).tail == 16
+
+
+def test_attached_rows_ride_on_the_last_full_block():
+    # 140 rows, 128-row blocks, 32 attached: one program covers all 140 (one weight read)
+    assert blocks.expert_blocks(140, 128, 128, 32) == [(0, 160)]
+    assert blocks.expert_blocks(300, 128, 128, 64) == [(0, 128), (128, 192)]
+    # too many leftover rows, or no full block: the tail rule applies
+    assert blocks.expert_blocks(200, 128, 32, 32) == [(0, 128), (128, 64), (192, 32)]
+    assert blocks.expert_blocks(20, 128, 32, 32) == [(0, 32)]
+    counts = [140, 0, 20, 256]
+    ends = torch.tensor(counts).cumsum(0).to(torch.int32)
+    b = fused.block_map_reference(ends, 128, sum(counts), 32, 32)
+    assert b.end.tolist() == [1, 1, 2, 4]
+    assert b.rows.tolist()[:4] == [160, 32, 128, 128]
+    assert b.row0.tolist()[:4] == [0, 0, 0, 128]
