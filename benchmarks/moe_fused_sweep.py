@@ -54,6 +54,9 @@ PREFILL_VARIANTS = (   # most telling first: the budget may cut the end of the l
     ("grouped-t32-tma", _pair(UP, tail_m=32, tma=True)),
     ("grouped-a32-s4", _pair(Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 4), attach_m=32)),
 )
+RISKY_VARIANTS = (   # warp-specialized K loop (Triton's Hopper pass; young)
+    ("grouped-a32-tma-ws", _pair(UP, attach_m=32, tma=True, ws=True)),
+)
 DECODE_PINNED = {   # the tuner's decode choices on the H200 (2026-12-03)
     "deepseek-v3": (Config(16, 32, 256, 4, 4), Config(16, 128, 128, 4, 4)),
     "qwen3-235b-a22b": (Config(16, 128, 128, 4, 3), Config(16, 128, 128, 4, 4)),
@@ -120,9 +123,10 @@ def sweep(model: str, deadline: float) -> None:
     experts = LocalExperts(0, E, H, I, "cuda", "loop")
     print(f"# {model}: weights built in {time.time() - t0:.1f} s", flush=True)
     pinned = DECODE_PINNED[model]
-    # TMA at decode last: a variant that fails hard must not cost the prefill rows
+    # riskier options last: a variant that fails hard (ends the process) costs only what follows
     plan = (("decode", [("pinned", pinned)]), ("prefill", PREFILL_VARIANTS),
-            ("decode", [("pinned-tma", _pair(*pinned, tma=True))]))
+            ("prefill", RISKY_VARIANTS), ("decode", [("pinned-tma", _pair(*pinned, tma=True))]))
+    baselines_done = False
     for phase, variants in plan:
         counts = grouped_rows(shape, PHASE_TOKENS[phase])
         pairs = sum(counts)
@@ -143,7 +147,8 @@ def sweep(model: str, deadline: float) -> None:
             except Exception as exc:  # noqa: BLE001 - one variant failing must not end the sweep
                 print(f"# {model} {phase} {name}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
             print(f"#   ({time.time() - t1:.1f} s with compiles)", flush=True)
-        if phase == "prefill":
+        if phase == "prefill" and not baselines_done:
+            baselines_done = True
             experts.gemm = "grouped_mm"
             t, _ = time_us(lambda: experts.forward(xe, ends), iters=5, warmup=1)
             print(f"# {model} prefill torch._grouped_mm: {t:.0f} us, {bound.pct_of(t):.1f}% of "

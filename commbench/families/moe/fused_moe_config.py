@@ -13,7 +13,7 @@ class Config:
     weight tile at about the same time, once from HBM); else each row block runs all its
     column tiles first. ``tma``: load the tiles through tensor descriptors (TMA).
     ``attach_m``: an expert's last full block also takes up to attach_m leftover rows (one
-    weight read for both; fused_moe_blocks)."""
+    weight read for both; fused_moe_blocks). ``ws``: warp-specialized K loop (TMA only)."""
     block_m: int
     block_n: int
     block_k: int
@@ -23,6 +23,7 @@ class Config:
     grouped: bool = True
     tma: bool = False
     attach_m: int = 0
+    ws: bool = False
 
     @property
     def tail(self) -> int:
@@ -37,7 +38,7 @@ class Config:
             out += f"-a{self.attach_m}"
         if not self.grouped:
             out += "-rowmajor"
-        return out + ("-tma" if self.tma else "")
+        return out + ("-tma" if self.tma else "") + ("-ws" if self.ws else "")
 
 
 # Few rows per expert (decode): one 16-row block per expert, many column tiles, deep K pipelines.

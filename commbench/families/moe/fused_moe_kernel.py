@@ -35,7 +35,8 @@ def _epilogue(acc_a, acc_b, out_ptr, offs_m, mask_m, offs_n, mask_n, stride_om,
 def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
           stride_xm, stride_we, stride_wn, stride_om,
           SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr, EXTRA: tl.constexpr):
+          EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr, EXTRA: tl.constexpr,
+          WS: tl.constexpr):
     """Rows [row0, row0 + BM) (and, with EXTRA, the next EXTRA rows) of expert e, columns
     [n0, n0 + BN); rows at or past `end` are computed but not stored."""
     offs_m = row0 + tl.arange(0, BM)
@@ -60,7 +61,7 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
             c_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K],
                                                strides=[stride_xm, 1], block_shape=[EXTRA, BK])
         wrow = e * (stride_we // stride_wn) + n0
-        for k0 in range(0, K, BK):
+        for k0 in tl.range(0, K, BK, warp_specialize=WS):
             a = x_desc.load([row0, k0])
             wa = w_desc.load([wrow, k0]).T
             acc_a = tl.dot(a, wa, acc_a)
@@ -127,7 +128,8 @@ def moe_gemm(x_ptr, w_ptr, out_ptr, blk_expert_ptr, blk_row0_ptr, blk_rows_ptr, 
              stride_xm, stride_we, stride_wn, stride_om,
              SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr, ATTACH_M: tl.constexpr,
-             GROUPED: tl.constexpr, TMA: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+             GROUPED: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr, EVEN_K: tl.constexpr,
+             EVEN_N: tl.constexpr):
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     e = tl.load(blk_expert_ptr + pid // num_n)
@@ -153,24 +155,24 @@ def moe_gemm(x_ptr, w_ptr, out_ptr, blk_expert_ptr, blk_row0_ptr, blk_rows_ptr, 
     if size == BLOCK_M:
         _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
               stride_xm, stride_we, stride_wn, stride_om,
-              SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+              SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, WS)
     if ATTACH_M > 0:
         if size == BLOCK_M + ATTACH_M:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, ATTACH_M)
+                  SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, ATTACH_M, WS)
     if TAIL_M <= BLOCK_M // 2:
         if size == BLOCK_M // 2:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M // 2, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+                  SWIGLU, BLOCK_M // 2, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, WS)
     if TAIL_M <= BLOCK_M // 4:
         if size == BLOCK_M // 4:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M // 4, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+                  SWIGLU, BLOCK_M // 4, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, WS)
     if TAIL_M <= BLOCK_M // 8:
         if size == BLOCK_M // 8:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M // 8, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+                  SWIGLU, BLOCK_M // 8, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, WS)

@@ -73,6 +73,7 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
                    L * w.shape[1], x.stride(0), w.stride(0), w.stride(1), out.stride(0),
                    SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                    TAIL_M=cfg.tail, ATTACH_M=cfg.attach_m, GROUPED=cfg.grouped, TMA=cfg.tma,
+                   WS=cfg.ws and cfg.tma,
                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
