@@ -3,7 +3,7 @@
     python benchmarks/moe_fused_sweep.py [--models ...] [--budget-s 170]
 
 Per model (all experts local, the family's routing, one rank): the decode row with the
-pinned decode tiles, then each prefill variant (launch order, tail block size, TMA) with its
+pinned decode tiles, then each prefill variant (row blocks: attached rows or tails; TMA) with its
 time, percent of the roofline, TB/s, useful and executed (padded) TFLOP/s, the two kernels'
 own times and `wrong` against the per-expert torch reference; then torch._grouped_mm and a
 dense torch.mm with the same FLOPs (the practical tensor-core ceiling of this GPU). Variants
@@ -38,24 +38,20 @@ def _pair(up: Config, down: Config = Config(128, 256, 64, 8, 3), **kw) -> tuple[
 UP, UP64 = Config(128, 128, 64, 8, 3), Config(128, 64, 64, 8, 3)
 DOWN128 = Config(128, 128, 64, 8, 3)
 PREFILL_VARIANTS = (   # most telling first: the budget may cut the end of the list
-    ("grouped", _pair(UP)),
-    ("grouped-a32", _pair(UP, attach_m=32)),
-    ("grouped-a32-bn64", _pair(UP64, DOWN128, attach_m=32)),
+    ("bm128", _pair(UP)),
+    ("a32", _pair(UP, attach_m=32)),
+    ("a32-s4", _pair(Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 4), attach_m=32)),
+    ("t32", _pair(UP, tail_m=32)),
+    ("t32-tma", _pair(UP, tail_m=32, tma=True)),
+    ("t32-tma-s4", _pair(Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 4), tail_m=32,
+                         tma=True)),
+    ("a32-tma", _pair(UP, attach_m=32, tma=True)),
+    ("a32-t32", _pair(UP, tail_m=32, attach_m=32)),
+    ("t16", _pair(UP, tail_m=16)),
+    ("a32-bn64", _pair(UP64, DOWN128, attach_m=32)),
     # 256-row blocks: one program per expert and column tile at 219-288 rows (qwen3's)
     ("bm256-a32-t64", _pair(Config(256, 64, 64, 8, 3), Config(256, 128, 64, 8, 3), attach_m=32,
-                            tail_m=64),
-     ("qwen3-235b-a22b",)),
-    ("grouped-t32", _pair(UP, tail_m=32)),
-    ("rowmajor (before)", _pair(UP, grouped=False)),
-    ("grouped-a32-t32", _pair(UP, tail_m=32, attach_m=32)),
-    ("grouped-a32-tma", _pair(UP, attach_m=32, tma=True)),
-    ("grouped-t16", _pair(UP, tail_m=16)),
-    ("grouped-a64-bn64", _pair(UP64, DOWN128, attach_m=64)),
-    ("grouped-t32-tma", _pair(UP, tail_m=32, tma=True)),
-    ("grouped-a32-s4", _pair(Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 4), attach_m=32)),
-)
-RISKY_VARIANTS = (   # warp-specialized K loop (Triton's Hopper pass; young)
-    ("grouped-a32-tma-ws", _pair(UP, attach_m=32, tma=True, ws=True)),
+                            tail_m=64), ("qwen3-235b-a22b",)),
 )
 DECODE_PINNED = {   # the tuner's decode choices on the H200 (2026-12-03)
     "deepseek-v3": (Config(16, 32, 256, 4, 4), Config(16, 128, 128, 4, 4)),
@@ -123,9 +119,9 @@ def sweep(model: str, deadline: float) -> None:
     experts = LocalExperts(0, E, H, I, "cuda", "loop")
     print(f"# {model}: weights built in {time.time() - t0:.1f} s", flush=True)
     pinned = DECODE_PINNED[model]
-    # riskier options last: a variant that fails hard (ends the process) costs only what follows
+    # TMA at decode last: a variant that fails hard (ends the process) costs only what follows
     plan = (("decode", [("pinned", pinned)]), ("prefill", PREFILL_VARIANTS),
-            ("prefill", RISKY_VARIANTS), ("decode", [("pinned-tma", _pair(*pinned, tma=True))]))
+            ("decode", [("pinned-tma", _pair(*pinned, tma=True))]))
     baselines_done = False
     for phase, variants in plan:
         counts = grouped_rows(shape, PHASE_TOKENS[phase])

@@ -52,7 +52,10 @@ def test_tail_blocks_pad_fewer_than_tail_rows():
 def test_configurations_follow_rows_per_expert():
     assert fused.candidates(1024, 256) == fused.DECODE_CONFIGS
     assert fused.candidates(256 * 30, 256) == fused.MID_CONFIGS
-    assert fused.candidates(32768, 128) == fused.PREFILL_CONFIGS
+    assert fused.candidates(32768, 128) == fused.PREFILL_UP_CONFIGS
+    assert fused.candidates(32768, 128, swiglu=False) == fused.PREFILL_DOWN_CONFIGS
+    # gate/up keeps two accumulators (gate and up): at most 128 columns with 128-row blocks
+    assert all(c.block_n * c.block_m <= 128 * 128 for c in fused.PREFILL_UP_CONFIGS)
     assert all(c.block_m >= 16 and c.block_n >= 16 and c.block_k >= 16
                for c in fused.DECODE_CONFIGS + fused.MID_CONFIGS + fused.PREFILL_CONFIGS)
 
@@ -118,7 +121,7 @@ for bm, tail, attach in ((16, 16, 0), (32, 32, 0), (64, 16, 0), (16, 16, 16)):
     got = fused.block_map(ends, bm, sum(counts), tail, attach)
     assert all(a.tolist() == b.tolist() for a, b in zip(got[:4], ref[:4])), (got, ref)
     assert got.count == ref.count
-for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2, grouped=False),
+for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2, tail_m=16, attach_m=16),
             fused.Config(64, 32, 32, 4, 2, tail_m=16), fused.Config(64, 16, 32, 4, 2, tail_m=16, tma=True),
             fused.Config(16, 16, 32, 4, 2, attach_m=16)):
     h = fused.moe_gemm(x.half(), w13.half(), ends, True, cfg)
@@ -162,8 +165,8 @@ def test_layer_columns_sum_the_micro_batches(monkeypatch):
 
 def test_config_labels_name_every_launch_option():
     assert fused.Config(128, 128, 64, 8, 3).label() == "BM128-BN128-BK64-w8-s3"
-    cfg = fused.Config(128, 64, 64, 8, 3, tail_m=32, attach_m=32, grouped=False, tma=True)
-    assert cfg.label() == "BM128-BN64-BK64-w8-s3-t32-a32-rowmajor-tma"
+    cfg = fused.Config(128, 64, 64, 8, 3, tail_m=32, attach_m=32, tma=True)
+    assert cfg.label() == "BM128-BN64-BK64-w8-s3-t32-a32-tma"
     assert cfg.tail == 32 and fused.Config(16, 64, 128, 4, 4).tail == 16
 
 

@@ -6,24 +6,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Config:
-    """One launch setting. ``tail_m``: the smallest row block; an expert's rows are covered by
-    full BLOCK_M blocks and then tail blocks of tail_m * 2^j rows (at most one of each size),
-    so it pads fewer than tail_m rows (0: tail_m = block_m, every block BLOCK_M rows).
-    ``grouped``: an expert's row blocks take each column tile in turn (so they read each
-    weight tile at about the same time, once from HBM); else each row block runs all its
-    column tiles first. ``tma``: load the tiles through tensor descriptors (TMA).
-    ``attach_m``: an expert's last full block also takes up to attach_m leftover rows (one
-    weight read for both; fused_moe_blocks). ``ws``: warp-specialized K loop (TMA only)."""
+    """One launch setting. Row blocks (fused_moe_blocks): ``tail_m``: the smallest block; an
+    expert's leftover rows get blocks of BLOCK_M/2 ... tail_m rows (0: tail_m = block_m, the
+    last block padded to BLOCK_M). ``attach_m``: an expert's last full block also takes up to
+    attach_m leftover rows (one weight read for both). ``tma``: tiles loaded through tensor
+    descriptors (TMA) instead of pointer loads."""
     block_m: int
     block_n: int
     block_k: int
     num_warps: int
     num_stages: int
     tail_m: int = 0
-    grouped: bool = True
     tma: bool = False
     attach_m: int = 0
-    ws: bool = False
 
     @property
     def tail(self) -> int:
@@ -36,9 +31,7 @@ class Config:
             out += f"-t{self.tail}"
         if self.attach_m:
             out += f"-a{self.attach_m}"
-        if not self.grouped:
-            out += "-rowmajor"
-        return out + ("-tma" if self.tma else "") + ("-ws" if self.ws else "")
+        return out + ("-tma" if self.tma else "")
 
 
 # Few rows per expert (decode): one 16-row block per expert, many column tiles, deep K pipelines.
@@ -55,17 +48,27 @@ MID_CONFIGS = (
     Config(32, 64, 128, 4, 4), Config(32, 128, 128, 4, 3), Config(64, 64, 128, 4, 3),
     Config(64, 128, 64, 4, 4),
 )
-# Prefill: hundreds of rows per expert, tensor-core tiles (two warpgroups for 128-row blocks).
-PREFILL_CONFIGS = (
-    Config(64, 128, 64, 4, 4), Config(128, 128, 64, 8, 3), Config(128, 64, 64, 4, 4),
-    Config(64, 256, 64, 8, 3), Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 3),
-    Config(128, 128, 32, 8, 5),
+# Prefill: hundreds of rows per expert, 128-row tensor-core tiles with two warpgroups. The
+# winners of a sweep on one H200 (docs/measurements/2026-12-03-h200x1-expert-prefill.md):
+# 32 rows attached to the last full block for ~100-160 rows per expert (DeepSeek-V3), 32-row
+# tails for ~220-290 (Qwen3-235B). 64-column gate/up tiles, 256-row blocks and a
+# warp-specialized loop were slower in every case tried.
+PREFILL_UP_CONFIGS = (   # gate/up: two 128-column accumulators (gate and up)
+    Config(128, 128, 64, 8, 4, attach_m=32), Config(128, 128, 64, 8, 3, tail_m=32, tma=True),
+    Config(128, 128, 64, 8, 4, tail_m=32, tma=True),
 )
+PREFILL_DOWN_CONFIGS = (
+    Config(128, 256, 64, 8, 4, attach_m=32), Config(128, 256, 64, 8, 3, tail_m=32),
+    Config(128, 256, 64, 8, 4, tail_m=32),
+)
+PREFILL_CONFIGS = PREFILL_UP_CONFIGS + PREFILL_DOWN_CONFIGS
 
 
-def candidates(rows: int, experts: int) -> tuple[Config, ...]:
-    """The configurations worth trying for rows spread over experts."""
+def candidates(rows: int, experts: int, swiglu: bool = True) -> tuple[Config, ...]:
+    """The configurations worth trying for rows spread over experts (swiglu: the gate/up GEMM)."""
     per_expert = rows / max(experts, 1)
     if per_expert <= 16:
         return DECODE_CONFIGS
-    return MID_CONFIGS if per_expert <= 48 else PREFILL_CONFIGS
+    if per_expert <= 48:
+        return MID_CONFIGS
+    return PREFILL_UP_CONFIGS if swiglu else PREFILL_DOWN_CONFIGS

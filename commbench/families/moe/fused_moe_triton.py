@@ -6,8 +6,9 @@ that never straddle two experts and every program computes one (row block,
 column tile) against its block's expert. The block map (fused_moe_blocks) is
 built on the device, so no group size reaches the host; the grid is sized for
 the worst case and spare programs exit at once. Full blocks have BLOCK_M rows;
-an expert's remainder is cut into smaller blocks (down to TAIL_M rows) so the
-tensor cores are not spent on padding (fused_moe_kernel).
+an expert's remainder rides on its last full block (ATTACH_M) or is cut into
+smaller blocks (down to TAIL_M rows), so the tensor cores are not spent on
+padding (fused_moe_kernel).
 
 Kernel 1 reads the gate and up tiles of the fused w13 [L, 2I, H] together and
 writes silu(gate) * up as BF16 [rows, I]; kernel 2 multiplies that by w2
@@ -26,8 +27,8 @@ import os
 import torch
 
 from .fused_moe_blocks import Blocks, block_map, block_map_reference  # noqa: F401 (re-exported)
-from .fused_moe_config import (DECODE_CONFIGS, MID_CONFIGS, PREFILL_CONFIGS, Config,  # noqa: F401
-                               candidates)
+from .fused_moe_config import (DECODE_CONFIGS, MID_CONFIGS, PREFILL_CONFIGS,  # noqa: F401
+                               PREFILL_DOWN_CONFIGS, PREFILL_UP_CONFIGS, Config, candidates)
 
 TUNE_ENV = "COMMBENCH_MOE_TUNE_VERBOSE"   # 1: print each tried configuration's time
 
@@ -72,8 +73,7 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
     kernel[grid](x, w, out, b.expert, b.row0, b.rows, b.end, ends, L, N, K, rows,
                    L * w.shape[1], x.stride(0), w.stride(0), w.stride(1), out.stride(0),
                    SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                   TAIL_M=cfg.tail, ATTACH_M=cfg.attach_m, GROUPED=cfg.grouped, TMA=cfg.tma,
-                   WS=cfg.ws and cfg.tma,
+                   TAIL_M=cfg.tail, ATTACH_M=cfg.attach_m, TMA=cfg.tma,
                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
@@ -99,7 +99,7 @@ class FusedExperts:
 
         best, best_ms, failure = None, float("inf"), ""
         verbose = os.environ.get(TUNE_ENV) == "1"
-        for cfg in self.only or candidates(x.shape[0], w.shape[0]):
+        for cfg in self.only or candidates(x.shape[0], w.shape[0], swiglu):
             try:
                 ms = do_bench(lambda: moe_gemm(x, w, ends, swiglu, cfg), warmup=2, rep=10)
             except Exception as exc:  # noqa: BLE001 - a configuration this GPU cannot hold (shared memory)
