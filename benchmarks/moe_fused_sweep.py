@@ -49,6 +49,8 @@ PREFILL_VARIANTS = (   # most telling first: the budget may cut the end of the l
     ("a32-t32", _pair(UP, tail_m=32, attach_m=32)),
     ("t16", _pair(UP, tail_m=16)),
     ("a32-bn64", _pair(UP64, DOWN128, attach_m=32)),
+    ("t32-tma-bk128", _pair(Config(128, 128, 128, 8, 2), Config(128, 256, 128, 8, 2), tail_m=32,
+                            tma=True)),
     # 256-row blocks: one program per expert and column tile at 219-288 rows (qwen3's)
     ("bm256-a32-t64", _pair(Config(256, 64, 64, 8, 3), Config(256, 128, 64, 8, 3), attach_m=32,
                             tail_m=64), ("qwen3-235b-a22b",)),
@@ -111,7 +113,7 @@ def _dense_ceiling(model, pairs, H, I, peak):
           f"({100 * tf / peak:.1f}% of {peak:.0f})", flush=True)
 
 
-def sweep(model: str, deadline: float) -> None:
+def sweep(model: str, deadline: float, only=None) -> None:
     shape = shape_of(model)
     H, I, E = shape["hidden"], shape["intermediate"], shape["experts"]
     hbm, peak, _ = device_limits("cuda")
@@ -120,7 +122,8 @@ def sweep(model: str, deadline: float) -> None:
     print(f"# {model}: weights built in {time.time() - t0:.1f} s", flush=True)
     pinned = DECODE_PINNED[model]
     # TMA at decode last: a variant that fails hard (ends the process) costs only what follows
-    plan = (("decode", [("pinned", pinned)]), ("prefill", PREFILL_VARIANTS),
+    prefill = [v for v in PREFILL_VARIANTS if not only or v[0] in only]
+    plan = (("decode", [("pinned", pinned)]), ("prefill", prefill),
             ("decode", [("pinned-tma", _pair(*pinned, tma=True))]))
     baselines_done = False
     for phase, variants in plan:
@@ -159,13 +162,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["deepseek-v3", "qwen3-235b-a22b"])
     ap.add_argument("--budget-s", type=float, default=170.0)
+    ap.add_argument("--only", nargs="+", help="prefill variants to run (default: all)")
     args = ap.parse_args(argv)
     start = time.time()
     print("\t".join(COLUMNS))
     for i, model in enumerate(args.models):
         # the first model (which compiles the kernels) may use 55% of the budget, the last the rest
         share = args.budget_s * (0.55 if i + 1 < len(args.models) else 1.0)
-        sweep(model, start + share)
+        sweep(model, start + share, args.only)
     print(f"# gpu: {torch.cuda.get_device_name()}, torch {torch.__version__}, total "
           f"{time.time() - start:.0f} s")
     return 0
