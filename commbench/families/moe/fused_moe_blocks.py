@@ -149,6 +149,7 @@ def block_map(ends: torch.Tensor, block_m: int, rows: int, tail_m: int = 0,
     block_l = 1 << max(L - 1, 1).bit_length()
     nbits = (block_m // tail_m).bit_length() - 1
     _map_kernel()[(1,)](ends, out.expert, out.row0, out.rows, out.end, L, count,
-                        BLOCK_M=block_m, TAIL_M=tail_m, ATTACH_M=attach_m, BLOCK_L=block_l, NBITS=nbits,
+                        BLOCK_M=block_m, TAIL_M=tail_m, ATTACH_M=attach_m, BLOCK_L=block_l,
+                        NBITS=nbits,
                         FILL=1024, num_warps=4)
     return out

@@ -71,10 +71,10 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
     from .fused_moe_kernel import moe_gemm as kernel   # imports Triton
 
     kernel[grid](x, w, out, b.expert, b.row0, b.rows, b.end, ends, L, N, K, rows,
-                   L * w.shape[1], x.stride(0), w.stride(0), w.stride(1), out.stride(0),
-                   SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                   TAIL_M=cfg.tail, ATTACH_M=cfg.attach_m, TMA=cfg.tma,
-                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                 L * w.shape[1], x.stride(0), w.stride(0), w.stride(1), out.stride(0),
+                 SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                 TAIL_M=cfg.tail, ATTACH_M=cfg.attach_m, TMA=cfg.tma,
+                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
 
