@@ -1,6 +1,7 @@
 """GPU checks of our fused MoE expert kernel (gemm: fused): it matches the per-expert torch
-reference at decode-like and prefill-like row counts, with uneven and empty experts, and a
-kernel given the wrong expert's weights is caught."""
+reference at decode-like and prefill-like row counts, with uneven and empty experts, under
+each launch option (tail blocks, attached rows, TMA loads), and a kernel given the
+wrong expert's weights is caught."""
 from __future__ import annotations
 
 import importlib.util
@@ -26,9 +27,21 @@ def _setup(counts, hidden=1024, inter=384, cfg=fused.Config(16, 64, 128, 4, 4)):
     return experts, xe, ends
 
 
+DECODE_ROWS = [3, 0, 20, 1, 17, 0, 0, 64]
+# prefill-like: every tail size (1, 15, 16, 17, 33, 65, 100 rows past the full blocks), empty
+# experts, whole blocks
+PREFILL_ROWS = [130, 257, 0, 96, 200, 1, 128, 65, 0, 15, 16, 17, 33, 100, 159]
+
+
 @pytest.mark.parametrize("counts,cfg", [
-    ([3, 0, 20, 1, 17, 0, 0, 64], fused.Config(16, 64, 128, 4, 4)),
-    ([130, 257, 0, 96, 200, 1, 128, 65], fused.Config(128, 128, 64, 8, 3)),
+    (DECODE_ROWS, fused.Config(16, 64, 128, 4, 4)),
+    (DECODE_ROWS, fused.Config(16, 128, 128, 4, 3, tma=True)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, tail_m=16)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, tail_m=32, tma=True)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, tail_m=16, tma=True)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, attach_m=32)),
+    (PREFILL_ROWS, fused.Config(128, 64, 64, 8, 3, tail_m=32, attach_m=32, tma=True)),
 ])
 def test_fused_matches_the_reference(counts, cfg):
     experts, xe, ends = _setup(counts, cfg=cfg)
@@ -37,6 +50,18 @@ def test_fused_matches_the_reference(counts, cfg):
     err = token_errors(got, reference(experts, xe, counts))
     assert float(err.max()) <= BF16_TOKEN_RTOL
     assert [t["config"] for t in experts.fused.tried] == [cfg.label()] * 2   # gate_up, down
+
+
+@pytest.mark.parametrize("block_m,tail_m,attach_m", [(16, 16, 0), (128, 128, 0), (128, 16, 0),
+                                                     (128, 32, 0), (64, 16, 0), (128, 128, 32),
+                                                     (128, 32, 64)])
+def test_device_block_map_is_the_reference(block_m, tail_m, attach_m):
+    ends = torch.tensor(PREFILL_ROWS, device="cuda").cumsum(0).to(torch.int32)
+    got = fused.block_map(ends, block_m, sum(PREFILL_ROWS), tail_m, attach_m)
+    want = fused.block_map_reference(ends, block_m, sum(PREFILL_ROWS), tail_m, attach_m)
+    for a, b in zip(got[:4], want[:4]):
+        assert a.tolist() == b.tolist()
+    assert got.count == want.count
 
 
 def test_wrong_weights_are_caught():
