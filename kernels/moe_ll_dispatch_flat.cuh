@@ -149,8 +149,8 @@ __device__ __forceinline__ bool flat_send(const Transport& tr, const Dims& d, co
 }
 
 // Steps 1-4 (the wait for the incoming counts is the caller's). `arrived` counts the blocks
-// that have sent; the last one resets it.
-template <class Transport>
+// that have sent; the last one resets it. !kRelease: steps 1-3 only (a timing breakdown).
+template <class Transport, bool kRelease>
 __device__ void dispatch_flat(const Transport& tr, const Dims& d, const Layout& lay,
                               const FlatPlan& plan, const int* topk_idx, const uint8_t* x,
                               const float* scales, uint32_t epoch, uint32_t* arrived, int* smem) {
@@ -210,6 +210,7 @@ __device__ void dispatch_flat(const Transport& tr, const Dims& d, const Layout& 
   }
 
   // 4. one arrival per block; the last releases every count
+  if (!kRelease) return;
   if (remote) tr.warp_flush(lane);
   __shared__ int s_last;
   __syncthreads();

@@ -59,7 +59,9 @@ __device__ __forceinline__ void put_row(const Transport& tr, int pe, long long o
 // the grid, ranked in shared memory, one release per (expert, source) after the last block.
 // kDispatchPlain, the per-expert organisation below; staging its routing measured slower on one
 // H200 (deepseek-v3 decode, BF16: 25.2 against 21.1 us).
-enum DispatchVariant { kDispatchStaged = 0, kDispatchPlain = 1, kDispatchFlat = 2 };
+enum DispatchVariant { kDispatchStaged = 0, kDispatchPlain = 1, kDispatchFlat = 2,
+                       // timing breakdown only, nothing is released: the flat rows alone
+                       kDispatchFlatSendOnly = 3 };
 
 // Per-expert dispatch (kDispatchPlain, kDispatchStaged): each block owns experts; warp 0 lists the
 // tokens that chose the expert (in token order, so the layout is deterministic), all warps push the
@@ -125,8 +127,15 @@ ll_dispatch(Transport tr, Dims d, Layout lay, FlatPlan plan, const int* topk_idx
             const float* scales, EpochCounter* epochs, int* err) {
   const uint32_t epoch = epoch_begin(epochs);
   extern __shared__ int smem[];
+  if constexpr (kVariant == kDispatchFlatSendOnly) {
+    dispatch_flat<Transport, false>(tr, d, lay, plan, topk_idx, x, scales, epoch,
+                                    &epochs->arrived, smem);
+    epoch_end(epochs, epoch);
+    return;
+  }
   if constexpr (kVariant == kDispatchFlat)
-    dispatch_flat(tr, d, lay, plan, topk_idx, x, scales, epoch, &epochs->arrived, smem);
+    dispatch_flat<Transport, true>(tr, d, lay, plan, topk_idx, x, scales, epoch,
+                                   &epochs->arrived, smem);
   else
     dispatch_per_expert<Transport, kVariant == kDispatchStaged>(tr, d, lay, topk_idx, x, scales,
                                                                 epoch, smem);
@@ -149,15 +158,19 @@ int launch_ll_dispatch(Transport tr, const int* dims, const long long* offs, con
   const size_t plain = sizeof(int) * d.max_tokens;
   const size_t staged = plain + sizeof(int) * d.num_tokens * d.topk;
   if (d.num_tokens > d.max_tokens || plain > 48 * 1024 || d.row_bytes % 16 ||
-      (variant != kDispatchStaged && variant != kDispatchPlain && variant != kDispatchFlat))
+      variant < kDispatchStaged || variant > kDispatchFlatSendOnly)
     return int(cudaErrorInvalidValue);
   const Layout lay = layout_from(offs);
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   EpochCounter* ep = static_cast<EpochCounter*>(epochs);
   const FlatPlan plan = flat_plan(d, num_sms, kLLWarps);
   const dim3 grid(num_sms), block(kLLWarps * 32);
+  const size_t flat = flat_smem_bytes(d, plan.segments);
   if (variant == kDispatchFlat && plan.segments)
-    ll_dispatch<Transport, kDispatchFlat><<<grid, block, flat_smem_bytes(d, plan.segments), stream>>>(
+    ll_dispatch<Transport, kDispatchFlat><<<grid, block, flat, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
+  else if (variant == kDispatchFlatSendOnly && plan.segments)
+    ll_dispatch<Transport, kDispatchFlatSendOnly><<<grid, block, flat, stream>>>(
         tr, d, lay, plan, topk_idx, xb, scales, ep, err);
   else if (variant == kDispatchStaged && staged <= 48 * 1024)
     ll_dispatch<Transport, kDispatchStaged><<<grid, block, staged, stream>>>(

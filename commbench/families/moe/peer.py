@@ -36,9 +36,10 @@ DISPATCH_VARIANTS = {"plain": 1, "staged": 0, "flat": 2}
 COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_fenced": 2}
 DISPATCH_VARIANT_VAR = "COMMBENCH_MOE_LL_DISPATCH"
 COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
-# The default combine's two halves alone (timing breakdowns only: the output is incomplete),
-# never taken from the environment.
+# The default combine's two halves alone, and the flat dispatch's rows without their release
+# (timing breakdowns only: the output is incomplete), never taken from the environment.
 COMBINE_PARTS = {"send_only": 3, "reduce_only": 4}
+DISPATCH_PARTS = {"flat_send_only": 3}
 
 
 def _variant(var: str, choices: dict[str, int]) -> str:
