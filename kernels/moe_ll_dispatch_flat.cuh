@@ -108,7 +108,9 @@ __device__ __forceinline__ void flat_rank(const int* topk_idx, int tk, int E, in
 // One unit of step 3: choice i, chunk c of its row. `peer` is the destination's workspace where
 // this GPU can store to it (mapped(pe, 0): one mapping, so + offset), else null and the transport
 // puts. `loaded`: v (and sv, FP8 scales of chunk 0) already hold the chunk. True if it put.
-template <class Transport>
+// kMapped: the launcher found every peer mapped, so no transport call is compiled in (a call
+// makes the compiler keep fewer registers: with NVSHMEM it spilled the loaded chunk).
+template <class Transport, bool kMapped>
 __device__ __forceinline__ bool flat_send(const Transport& tr, const Dims& d, const Layout& lay,
                                           const FlatPlan& plan, int i, int c, int e, int slot,
                                           uint8_t* peer, bool loaded, bool scale_vec,
@@ -131,26 +133,24 @@ __device__ __forceinline__ bool flat_send(const Transport& tr, const Dims& d, co
     }
     store_vecs<kFlatVecs>(reinterpret_cast<int4*>(peer + off), v, n, lane);
     if (vec_scales) reinterpret_cast<int4*>(peer + s_off)[lane] = sv;
-  } else {
+    if (c == 0) {
+      if (scale_bytes && !scale_vec) warp_copy(peer + s_off, s_src, scale_bytes, lane);
+      if (lane == 0) *reinterpret_cast<int*>(peer + lay.ll_recv_src + row * 4) = i;
+    }
+  } else if constexpr (!kMapped) {
     tr.put_warp(pe, off, src, n * 16, lane);
+    if (c == 0) {
+      if (scale_bytes) tr.put_warp(pe, s_off, s_src, scale_bytes, lane);
+      if (lane == 0) tr.put_int(pe, lay.ll_recv_src + row * 4, i);
+    }
     put = true;
-  }
-  if (c == 0) {
-    if (scale_bytes && (!scale_vec || !peer)) {
-      tr.put_warp(pe, s_off, s_src, scale_bytes, lane);
-      put = true;
-    }
-    if (lane == 0) {
-      if (peer) *reinterpret_cast<int*>(peer + lay.ll_recv_src + row * 4) = i;
-      else tr.put_int(pe, lay.ll_recv_src + row * 4, i);
-    }
   }
   return put;
 }
 
 // Steps 1-4 (the wait for the incoming counts is the caller's). `arrived` counts the blocks
 // that have sent; the last one resets it. !kRelease: steps 1-3 only (a timing breakdown).
-template <class Transport, bool kRelease>
+template <class Transport, bool kRelease, bool kMapped>
 __device__ void dispatch_flat(const Transport& tr, const Dims& d, const Layout& lay,
                               const FlatPlan& plan, const int* topk_idx, const uint8_t* x,
                               const float* scales, uint32_t epoch, uint32_t* arrived, int* smem) {
@@ -169,19 +169,29 @@ __device__ void dispatch_flat(const Transport& tr, const Dims& d, const Layout& 
   int* s_base = s_rank + tk;
   int* s_total = s_base + plan.segments * E;
 
-  // 1. the first unit's loads, before the ranking (every call into the transport before them)
+  // 1. the first unit's loads, before the ranking. The source depends on the token alone: with
+  //    every peer mapped they go out first (a choice not sent wastes one read); otherwise after
+  //    the transport said the destination is mapped (every call into it before them).
   int4 v[kFlatVecs];
   int4 sv = make_int4(0, 0, 0, 0);
   uint8_t* first_peer = nullptr;
   if (gw < units) {
-    const int i = gw / plan.chunks, c = gw % plan.chunks, e = topk_idx[i];
-    if (e >= 0 && e < E) first_peer = static_cast<uint8_t*>(tr.mapped(e / L, 0));
-    if (first_peer) {
+    const int i = gw / plan.chunks, c = gw % plan.chunks;
+    int e = -1;
+    if constexpr (!kMapped) {
+      e = topk_idx[i];
+      if (e >= 0 && e < E) first_peer = static_cast<uint8_t*>(tr.mapped(e / L, 0));
+    }
+    if (kMapped || first_peer) {
       const int v0 = c * plan.chunk_vecs, n = min(plan.chunk_vecs, d.row_bytes / 16 - v0);
       const long long t = i / K;
       load_vecs<kFlatVecs>(v, reinterpret_cast<const int4*>(x + t * d.row_bytes) + v0, n, lane);
       if (c == 0 && scale_vec && lane < scale_bytes / 16)
         sv = ld_nc_int4(reinterpret_cast<const int4*>(scales + t * d.num_scales) + lane);
+    }
+    if constexpr (kMapped) {
+      e = topk_idx[i];
+      if (e >= 0 && e < E) first_peer = static_cast<uint8_t*>(tr.mapped(e / L, 0));
     }
   }
 
@@ -197,21 +207,22 @@ __device__ void dispatch_flat(const Transport& tr, const Dims& d, const Layout& 
     const int i = gw / plan.chunks, e = s_idx[i];
     const int slot = e < 0 ? 0 : s_base[(i / seg_len) * E + e] + s_rank[i];
     if (e >= 0 && slot < d.max_tokens)   // a slot past the budget: a token chose one expert twice
-      remote |= flat_send(tr, d, lay, plan, i, gw % plan.chunks, e, slot, first_peer, true,
+      remote |= flat_send<Transport, kMapped>(tr, d, lay, plan, i, gw % plan.chunks, e, slot, first_peer, true,
                           scale_vec, v, sv, x, scales, lane);
   }
   for (int u = gw + warps; u < units; u += warps) {
     const int i = u / plan.chunks, e = s_idx[i];
     const int slot = e < 0 ? 0 : s_base[(i / seg_len) * E + e] + s_rank[i];
     if (e < 0 || slot >= d.max_tokens) continue;
-    remote |= flat_send(tr, d, lay, plan, i, u % plan.chunks, e, slot,
+    remote |= flat_send<Transport, kMapped>(tr, d, lay, plan, i, u % plan.chunks, e, slot,
                         static_cast<uint8_t*>(tr.mapped(e / L, 0)), false, scale_vec, v, sw, x,
                         scales, lane);
   }
 
   // 4. one arrival per block; the last releases every count
   if (!kRelease) return;
-  if (remote) tr.warp_flush(lane);
+  if constexpr (!kMapped)
+    if (remote) tr.warp_flush(lane);
   __shared__ int s_last;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -230,9 +241,10 @@ __device__ void dispatch_flat(const Transport& tr, const Dims& d, const Layout& 
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const long long off = lay.ll_cnt_in + ((e % L) * R + d.rank) * 8;
     const uint64_t value = tag(epoch, min(s_total[e], d.max_tokens));
-    if (uint64_t* direct = static_cast<uint64_t*>(tr.mapped(e / L, off)))
+    uint64_t* direct = static_cast<uint64_t*>(tr.mapped(e / L, off));
+    if (kMapped || direct)
       st_release_u64(direct, value);
-    else
+    else if constexpr (!kMapped)
       tr.signal_set(e / L, off, value);
   }
 }

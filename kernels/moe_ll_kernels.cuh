@@ -7,6 +7,7 @@
 // every rank):
 //   uint64_t local()                                 this rank's workspace base
 //   void* mapped(pe, off)                            a pointer this GPU can store through, or null
+//   bool all_mapped(npes)      (host)                mapped() is a pointer for every peer
 //   put_warp(pe, off, src, bytes, lane)              warp-wide put of `bytes` (multiple of 4)
 //   put_int(pe, off, value)                          one int, from one thread
 //   warp_flush(lane)                                 the warp's puts are complete at the target
@@ -121,21 +122,22 @@ __device__ void dispatch_per_expert(const Transport& tr, const Dims& d, const La
 }
 
 // Dispatch, any variant; then wait for every incoming count.
-template <class Transport, int kVariant>
+// kMapped (flat variants only): every peer is mapped (Transport::all_mapped on the host).
+template <class Transport, int kVariant, bool kMapped = false>
 __global__ void __launch_bounds__(kLLWarps * 32)
 ll_dispatch(Transport tr, Dims d, Layout lay, FlatPlan plan, const int* topk_idx, const uint8_t* x,
             const float* scales, EpochCounter* epochs, int* err) {
   const uint32_t epoch = epoch_begin(epochs);
   extern __shared__ int smem[];
   if constexpr (kVariant == kDispatchFlatSendOnly) {
-    dispatch_flat<Transport, false>(tr, d, lay, plan, topk_idx, x, scales, epoch,
-                                    &epochs->arrived, smem);
+    dispatch_flat<Transport, false, kMapped>(tr, d, lay, plan, topk_idx, x, scales, epoch,
+                                             &epochs->arrived, smem);
     epoch_end(epochs, epoch);
     return;
   }
   if constexpr (kVariant == kDispatchFlat)
-    dispatch_flat<Transport, true>(tr, d, lay, plan, topk_idx, x, scales, epoch,
-                                   &epochs->arrived, smem);
+    dispatch_flat<Transport, true, kMapped>(tr, d, lay, plan, topk_idx, x, scales, epoch,
+                                            &epochs->arrived, smem);
   else
     dispatch_per_expert<Transport, kVariant == kDispatchStaged>(tr, d, lay, topk_idx, x, scales,
                                                                 epoch, smem);
@@ -166,8 +168,16 @@ int launch_ll_dispatch(Transport tr, const int* dims, const long long* offs, con
   const FlatPlan plan = flat_plan(d, num_sms, kLLWarps);
   const dim3 grid(num_sms), block(kLLWarps * 32);
   const size_t flat = flat_smem_bytes(d, plan.segments);
-  if (variant == kDispatchFlat && plan.segments)
+  const bool mapped = (variant == kDispatchFlat || variant == kDispatchFlatSendOnly) &&
+                      tr.all_mapped(d.num_ranks);
+  if (variant == kDispatchFlat && plan.segments && mapped)
+    ll_dispatch<Transport, kDispatchFlat, true><<<grid, block, flat, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
+  else if (variant == kDispatchFlat && plan.segments)
     ll_dispatch<Transport, kDispatchFlat><<<grid, block, flat, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
+  else if (variant == kDispatchFlatSendOnly && plan.segments && mapped)
+    ll_dispatch<Transport, kDispatchFlatSendOnly, true><<<grid, block, flat, stream>>>(
         tr, d, lay, plan, topk_idx, xb, scales, ep, err);
   else if (variant == kDispatchFlatSendOnly && plan.segments)
     ll_dispatch<Transport, kDispatchFlatSendOnly><<<grid, block, flat, stream>>>(
