@@ -48,6 +48,7 @@ struct Layout {
 struct EpochCounter {
   uint32_t value;
   uint32_t blocks_done;
+  uint32_t arrived;   // the flat dispatch's blocks that have sent (the last resets it)
 };
 
 template <typename T>
@@ -119,6 +120,14 @@ __device__ bool wait_count64(const uint64_t* p, uint64_t target, int* err) {
     __nanosleep(64);
   }
   return true;
+}
+
+// 16-byte load of data no one writes during the kernel (inputs, expert outputs): no L1 allocation.
+__device__ __forceinline__ int4 ld_nc_int4(const int4* p) {
+  int4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
 }
 
 // One warp copies `bytes` (a multiple of 16) with 16-byte accesses.

@@ -11,6 +11,7 @@ struct IpcTransport {
 
   __device__ uint64_t local() const { return peers[rank]; }
   __device__ void* mapped(int pe, long long off) const { return at<uint8_t>(peers[pe], off); }
+  bool all_mapped(int) const { return true; }
   __device__ void put_warp(int pe, long long off, const void* src, int bytes, int lane) const {
     warp_copy(at<uint8_t>(peers[pe], off), src, bytes, lane);
   }

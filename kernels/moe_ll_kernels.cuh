@@ -7,6 +7,7 @@
 // every rank):
 //   uint64_t local()                                 this rank's workspace base
 //   void* mapped(pe, off)                            a pointer this GPU can store through, or null
+//   bool all_mapped(npes)      (host)                mapped() is a pointer for every peer
 //   put_warp(pe, off, src, bytes, lane)              warp-wide put of `bytes` (multiple of 4)
 //   put_int(pe, off, value)                          one int, from one thread
 //   warp_flush(lane)                                 the warp's puts are complete at the target
@@ -18,18 +19,11 @@
 // into a CUDA graph and replayed with a fixed token budget (max_tokens).
 #pragma once
 #include "moe_common.cuh"
+#include "moe_ll_dispatch_flat.cuh"
 
 namespace moe {
 
 constexpr int kLLWarps = 16;
-
-// 16-byte load of data no one writes during the kernel (inputs, expert outputs): no L1 allocation.
-__device__ __forceinline__ int4 ld_nc_int4(const int4* p) {
-  int4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
 
 // One warp copies `n` int4 with kUnroll loads per lane in flight before their stores: a row
 // costs a few memory round trips instead of one per 512 bytes.
@@ -62,26 +56,28 @@ __device__ __forceinline__ void put_row(const Transport& tr, int pe, long long o
     tr.put_warp(pe, off, src, bytes, lane);
 }
 
-// kDispatchPlain is the default: staging measured slower on one H200 (deepseek-v3 decode, BF16:
-// 25.2 against 21.1 us), since the dispatch waits on latency, not on bytes.
-enum DispatchVariant { kDispatchStaged = 0, kDispatchPlain = 1 };
+// kDispatchPlain (the default; peer.py names it first): the per-expert organisation below;
+// staging its routing measured slower on one H200 (deepseek-v3 decode, BF16: 25.2 against 21.1 us).
+// kDispatchFlat (moe_ll_dispatch_flat.cuh): one flat list of (token, k) choices over every warp of
+// the grid, ranked in shared memory, one release per (expert, source) after the last block;
+// measured 0.55-0.76x plain's time at deepseek-v3 decode, but slower on NVSHMEM at two shapes
+// before its no-call instantiation (docs/measurements/2026-12-03-h200x1-moe-ll-dispatch.md).
+enum DispatchVariant { kDispatchStaged = 0, kDispatchPlain = 1, kDispatchFlat = 2,
+                       // timing breakdown only, nothing is released: the flat rows alone
+                       kDispatchFlatSendOnly = 3 };
 
-// Dispatch: each block owns experts; warp 0 lists the tokens that chose the
-// expert (in token order, so the layout is deterministic), all warps push the
-// rows, thread 0 releases the count. Then wait for every incoming count.
-// kStaged: the block first copies the routing (tokens x topk ints) into shared memory, so
-// the per-expert scan reads no global memory, and rows go with the unrolled copy; otherwise
-// (routing too large for shared memory, or the plain variant) both read global memory.
+// Per-expert dispatch (kDispatchPlain, kDispatchStaged): each block owns experts; warp 0 lists the
+// tokens that chose the expert (in token order, so the layout is deterministic), all warps push the
+// rows, thread 0 releases the count. kStaged: the block first copies the routing (tokens x topk
+// ints) into shared memory, so the per-expert scan reads no global memory, and rows go with the
+// unrolled copy; otherwise both read global memory.
 template <class Transport, bool kStaged>
-__global__ void __launch_bounds__(kLLWarps * 32)
-ll_dispatch(Transport tr, Dims d, Layout lay, const int* topk_idx, const uint8_t* x,
-            const float* scales, EpochCounter* epochs, int* err) {
-  const uint32_t epoch = epoch_begin(epochs);
-  extern __shared__ int s_list[];   // [max_tokens], then the staged routing [T * K]
+__device__ void dispatch_per_expert(const Transport& tr, const Dims& d, const Layout& lay,
+                                    const int* topk_idx, const uint8_t* x, const float* scales,
+                                    uint32_t epoch, int* s_list) {
   __shared__ int s_count;
   const int R = d.num_ranks, L = d.local_experts, K = d.topk, T = d.num_tokens;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint64_t self = tr.local();
   const int* idx = topk_idx;
   if (kStaged) {
     int* s_topk = s_list + d.max_tokens;
@@ -125,14 +121,39 @@ ll_dispatch(Transport tr, Dims d, Layout lay, const int* topk_idx, const uint8_t
     __syncthreads();
     if (threadIdx.x == 0) tr.signal_set(dst, lay.ll_cnt_in + (l * R + d.rank) * 8, tag(epoch, n));
   }
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < L * R; i += gridDim.x * blockDim.x)
+}
+
+// Dispatch, any variant; then wait for every incoming count.
+// kMapped (flat variants only): every peer is mapped (Transport::all_mapped on the host).
+template <class Transport, int kVariant, bool kMapped = false>
+__global__ void __launch_bounds__(kLLWarps * 32)
+ll_dispatch(Transport tr, Dims d, Layout lay, FlatPlan plan, const int* topk_idx, const uint8_t* x,
+            const float* scales, EpochCounter* epochs, int* err) {
+  const uint32_t epoch = epoch_begin(epochs);
+  extern __shared__ int smem[];
+  if constexpr (kVariant == kDispatchFlatSendOnly) {
+    dispatch_flat<Transport, false, kMapped>(tr, d, lay, plan, topk_idx, x, scales, epoch,
+                                             &epochs->arrived, smem);
+    epoch_end(epochs, epoch);
+    return;
+  }
+  if constexpr (kVariant == kDispatchFlat)
+    dispatch_flat<Transport, true, kMapped>(tr, d, lay, plan, topk_idx, x, scales, epoch,
+                                            &epochs->arrived, smem);
+  else
+    dispatch_per_expert<Transport, kVariant == kDispatchStaged>(tr, d, lay, topk_idx, x, scales,
+                                                                epoch, smem);
+  const uint64_t self = tr.local();
+  const int LR = d.local_experts * d.num_ranks;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < LR; i += gridDim.x * blockDim.x)
     at<int>(self, lay.ll_recv_count)[i] =
         wait_tagged(at<uint64_t>(self, lay.ll_cnt_in) + i, epoch, err);
   epoch_end(epochs, epoch);
 }
 
 // Host-side launcher of the dispatch, shared by both transports (returns a cudaError_t as int);
-// the combine's is in moe_ll_combine.cuh.
+// the combine's is in moe_ll_combine.cuh. The flat variant falls back to the plain one where its
+// routing does not fit in shared memory.
 template <class Transport>
 int launch_ll_dispatch(Transport tr, const int* dims, const long long* offs, const int* topk_idx,
                        const void* x, const float* scales, void* epochs, int num_sms, int variant,
@@ -141,17 +162,34 @@ int launch_ll_dispatch(Transport tr, const int* dims, const long long* offs, con
   const size_t plain = sizeof(int) * d.max_tokens;
   const size_t staged = plain + sizeof(int) * d.num_tokens * d.topk;
   if (d.num_tokens > d.max_tokens || plain > 48 * 1024 || d.row_bytes % 16 ||
-      (variant != kDispatchStaged && variant != kDispatchPlain))
+      variant < kDispatchStaged || variant > kDispatchFlatSendOnly)
     return int(cudaErrorInvalidValue);
   const Layout lay = layout_from(offs);
   const uint8_t* xb = static_cast<const uint8_t*>(x);
   EpochCounter* ep = static_cast<EpochCounter*>(epochs);
-  if (variant == kDispatchStaged && staged <= 48 * 1024)
-    ll_dispatch<Transport, true><<<num_sms, kLLWarps * 32, staged, stream>>>(
-        tr, d, lay, topk_idx, xb, scales, ep, err);
+  const FlatPlan plan = flat_plan(d, num_sms, kLLWarps);
+  const dim3 grid(num_sms), block(kLLWarps * 32);
+  const size_t flat = flat_smem_bytes(d, plan.segments);
+  const bool mapped = (variant == kDispatchFlat || variant == kDispatchFlatSendOnly) &&
+                      tr.all_mapped(d.num_ranks);
+  if (variant == kDispatchFlat && plan.segments && mapped)
+    ll_dispatch<Transport, kDispatchFlat, true><<<grid, block, flat, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
+  else if (variant == kDispatchFlat && plan.segments)
+    ll_dispatch<Transport, kDispatchFlat><<<grid, block, flat, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
+  else if (variant == kDispatchFlatSendOnly && plan.segments && mapped)
+    ll_dispatch<Transport, kDispatchFlatSendOnly, true><<<grid, block, flat, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
+  else if (variant == kDispatchFlatSendOnly && plan.segments)
+    ll_dispatch<Transport, kDispatchFlatSendOnly><<<grid, block, flat, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
+  else if (variant == kDispatchStaged && staged <= 48 * 1024)
+    ll_dispatch<Transport, kDispatchStaged><<<grid, block, staged, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
   else
-    ll_dispatch<Transport, false><<<num_sms, kLLWarps * 32, plain, stream>>>(
-        tr, d, lay, topk_idx, xb, scales, ep, err);
+    ll_dispatch<Transport, kDispatchPlain><<<grid, block, plain, stream>>>(
+        tr, d, lay, plan, topk_idx, xb, scales, ep, err);
   return int(cudaGetLastError());
 }
 

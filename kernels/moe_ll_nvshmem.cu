@@ -18,6 +18,12 @@ struct NvshmemTransport {
   __device__ void* mapped(int pe, long long off) const {
     return nvshmem_ptr(reinterpret_cast<void*>(base + off), pe);
   }
+  // On the host: nvshmem_ptr answers for the same symmetric heap (null where not P2P).
+  bool all_mapped(int npes) const {
+    for (int pe = 0; pe < npes; ++pe)
+      if (!nvshmem_ptr(reinterpret_cast<void*>(base), pe)) return false;
+    return true;
+  }
   __device__ void put_warp(int pe, long long off, const void* src, int bytes, int lane) const {
     void* dst = reinterpret_cast<void*>(base + off);
     if (void* mapped = nvshmem_ptr(dst, pe))

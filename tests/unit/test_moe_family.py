@@ -136,7 +136,9 @@ def test_ll_variants_match_the_kernel_enums():
     assert _enum("moe_ll_combine.cuh", "CombineVariant") == {**peer.COMBINE_VARIANTS,
                                                              **peer.COMBINE_PARTS}
     assert not set(peer.COMBINE_PARTS) & set(peer.COMBINE_VARIANTS)   # never from the environment
-    assert _enum("moe_ll_kernels.cuh", "DispatchVariant") == peer.DISPATCH_VARIANTS
+    assert _enum("moe_ll_kernels.cuh", "DispatchVariant") == {**peer.DISPATCH_VARIANTS,
+                                                               **peer.DISPATCH_PARTS}
+    assert not set(peer.DISPATCH_PARTS) & set(peer.DISPATCH_VARIANTS)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -28,17 +28,18 @@ def _vp(t: torch.Tensor) -> ctypes.c_void_p:
 
 
 TRANSPORTS = ("ipc", "nvshmem")
-EPOCH_COUNTER_INTS = 2   # moe::EpochCounter: value, blocks_done
+EPOCH_COUNTER_INTS = 3   # moe::EpochCounter: value, blocks_done, arrived
 # Organisations of the low-latency kernels (moe::DispatchVariant, moe::CombineVariant in
 # kernels/moe_ll_kernels.cuh and moe_ll_combine.cuh), chosen with these variables for A/B
 # measurements; the first of each is the default.
-DISPATCH_VARIANTS = {"plain": 1, "staged": 0}
+DISPATCH_VARIANTS = {"plain": 1, "staged": 0, "flat": 2}
 COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_fenced": 2}
 DISPATCH_VARIANT_VAR = "COMMBENCH_MOE_LL_DISPATCH"
 COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
-# The default combine's two halves alone (timing breakdowns only: the output is incomplete),
-# never taken from the environment.
+# The default combine's two halves alone, and the flat dispatch's rows without their release
+# (timing breakdowns only: the output is incomplete), never taken from the environment.
 COMBINE_PARTS = {"send_only": 3, "reduce_only": 4}
+DISPATCH_PARTS = {"flat_send_only": 3}
 
 
 def _variant(var: str, choices: dict[str, int]) -> str:
