@@ -180,8 +180,16 @@ def expert_problems(rows: list[dict]) -> list[str]:
     return [f"{r['model']} {r.get('phase')} {r['gemm']}: wrong = {r['wrong']}" for r in rows if r.get("wrong")]
 
 
+def _same(a, b) -> bool:
+    """Equal settings, a number read back from CSV as a float included (400.0 == 400)."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
 def _is_default(row: dict, defaults: dict) -> bool:
-    return all(str(row.get(k)) == str(v) for k, v in defaults.items() if k in DELIVERY_SETTINGS)
+    return all(_same(row.get(k), v) for k, v in defaults.items() if k in DELIVERY_SETTINGS)
 
 
 def proxy_table(rows: list[dict], defaults: dict) -> list[str]:
