@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import moe_ll_vs_deepep as ll  # noqa: E402
 
 SECTIONS = ("ll", "experts", "proxy")   # the report's order
 RUN_ORDER = ("proxy", "ll", "experts")  # the cheapest first, so a call cut short keeps the most
+MIN_SECTION_S = 15                      # less left of --budget-s: the section is not started
 
 
 def _dist(name: str) -> str | None:
@@ -91,17 +93,18 @@ def section_proxy(res: dict) -> tuple[list[str], bool]:
 RENDER = {"ll": section_ll, "experts": section_experts, "proxy": section_proxy}
 
 
-def render(info: dict, sections: list[str], quick: bool, results: dict, strict: bool) -> tuple[str, int, list[str]]:
+def render(info: dict, sections: list[str], quick: bool, results: dict, strict: bool,
+           skipped: dict[str, str]) -> tuple[str, int, list[str]]:
     out = rep.header(info, sections, quick)
     met: dict[str, bool] = {}
     for sec in sections:
         if sec not in results:
-            out += [f"## {sec}", "", "Not run (the call stopped before it).", ""]
+            out += [f"## {sec}", "", f"Not run: {skipped.get(sec, 'not reached yet')}.", ""]
             continue
         lines, met[sec] = RENDER[sec](results[sec])
         out += lines
     problems = {s: results[s]["problems"] for s in sections if s in results}
-    problems.update({s: ["did not run"] for s in sections if s not in results})
+    problems.update({s: [f"not run: {skipped.get(s, 'not reached')}"] for s in sections if s not in results})
     code, reasons = rep.exit_status(problems, met, strict)
     out += ["## Result", "", f"Exit {code}: " + ("every section ran and every row was right"
                                                   if not reasons else "; ".join(reasons)) + ".",
@@ -119,7 +122,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer iterations; experts: grouped_mm and fused "
                     "only; ll: the check at 2 ranks on the first shape")
     ap.add_argument("--strict", action="store_true", help="a missed target exits 1 too")
-    ap.add_argument("--timeout", type=int, default=0, help="seconds per process (default 150, --quick 90)")
+    ap.add_argument("--timeout", type=int, default=0, help="seconds per process (default 150, --quick 90; "
+                    "the experts' process gets twice as long)")
+    ap.add_argument("--budget-s", type=int, default=0, help="seconds for the whole call (0: no limit); "
+                    "processes are cut to what is left and a section with too little left is not run")
     args = ap.parse_args(argv)
     sections = [s for s in args.sections.split(",") if s]
     bad = [s for s in sections if s not in SECTIONS]
@@ -133,9 +139,14 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="anchors-"))
     info = machine(run.deepep_found()[1])
     results: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    deadline = time.monotonic() + args.budget_s if args.budget_s else None
+
+    def limit(seconds: int) -> int:   # a process's timeout within --budget-s
+        return seconds if deadline is None else min(seconds, int(deadline - time.monotonic()))
 
     def write() -> tuple[str, int, list[str]]:   # after every step: a call cut short keeps its rows
-        text, code, reasons = render(info, sections, args.quick, results, args.strict)
+        text, code, reasons = render(info, sections, args.quick, results, args.strict, skipped)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(text + "\n")
@@ -144,12 +155,14 @@ def main(argv=None) -> int:
         return text, code, reasons
 
     for sec in (s for s in RUN_ORDER if s in sections):
-        if sec == "ll":
-            results["ll"] = run.run_ll(work, named, specs, args.quick, timeout_s)
+        if limit(MIN_SECTION_S) < MIN_SECTION_S:
+            skipped[sec] = f"less than {MIN_SECTION_S} s of --budget-s {args.budget_s} left"
+        elif sec == "ll":   # three processes: each gets at most a third of what is left
+            results["ll"] = run.run_ll(work, named, specs, args.quick, limit(3 * timeout_s) // 3)
         elif sec == "experts":
-            results["experts"] = run.run_experts(work, args.quick, 2 * timeout_s)
+            results["experts"] = run.run_experts(work, args.quick, limit(2 * timeout_s))
         else:
-            results["proxy"] = run.run_proxy(work, args.quick, timeout_s)
+            results["proxy"] = run.run_proxy(work, args.quick, limit(timeout_s))
         write()
     text, code, reasons = write()
     print(text)

@@ -176,6 +176,33 @@ def expert_verdicts(rows: list[dict]) -> tuple[list[str], bool]:
     return lines, met
 
 
+def expert_rows_from_output(text: str, phase_tokens: dict[str, int]) -> list[dict]:
+    """moe_experts.py's printed rows (its header line names the columns; the fused tiles follow
+    the last after a space), for a run cut short before it wrote its JSON; the phase follows
+    from the tokens."""
+    phases = {t: p for p, t in phase_tokens.items()}
+    cols, rows = None, []
+    for line in text.splitlines():
+        cells = line.split("\t")
+        if cells[0] == "model":
+            cols = cells
+        elif cols and len(cells) >= len(cols) and not line.startswith("#"):
+            cells = cells[:len(cols)]
+            cells[-1] = cells[-1].split(" ", 1)[0]
+            row = {c: _number(v) for c, v in zip(cols, cells)}
+            rows.append({**row, "phase": phases.get(row.get("tokens"), "-")})
+    return rows
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return None if text in ("", "None") else text
+
+
 def expert_problems(rows: list[dict]) -> list[str]:
     return [f"{r['model']} {r.get('phase')} {r['gemm']}: wrong = {r['wrong']}" for r in rows if r.get("wrong")]
 

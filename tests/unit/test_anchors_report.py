@@ -132,3 +132,16 @@ def test_exit_status_and_header():
                        "commit": "abc1234", "torch": "2.11"}, ["ll", "proxy"], quick=True)
     assert "commit abc1234" in head[2] and "(--quick)" in head[2]
     assert head[6] == "| 1x NVIDIA H200 | 580 | 2.11 | - | - | - | - |"
+
+
+def test_expert_rows_from_a_run_cut_short():
+    text = ("# 2026-12-03 17:50 UTC\n"
+            "model\ttokens\tpairs\tgemm\ttime_us\troofline_us\tpct_of_roofline\tbound\twrong\n"
+            "deepseek-v3\t128\t1024\tgrouped_mm\t6905.0\t4630.0\t67.1\thbm\t0 \n"
+            "deepseek-v3\t128\t1024\tfused\t4823.0\t4630.0\t96.0\thbm\t0 {'gate_up@1024': 'BM16-BN32'}\n"
+            "qwen3-235b-a22b\t4096\n"
+            "qwen3-235b-a22b\t4096\t32768\tfused\t2905\t1251.0\t43.0\tcompute\t2 {}\n")
+    rows = rep.expert_rows_from_output(text, {"prefill": 4096, "decode": 128})
+    assert [(r["model"], r["phase"], r["gemm"], r["pct_of_roofline"], r["wrong"]) for r in rows] == [
+        ("deepseek-v3", "decode", "grouped_mm", 67.1, 0), ("deepseek-v3", "decode", "fused", 96.0, 0),
+        ("qwen3-235b-a22b", "prefill", "fused", 43.0, 2)]   # a half-printed line is left out
