@@ -157,8 +157,8 @@ def main(argv=None) -> int:
     for sec in (s for s in RUN_ORDER if s in sections):
         if limit(MIN_SECTION_S) < MIN_SECTION_S:
             skipped[sec] = f"less than {MIN_SECTION_S} s of --budget-s {args.budget_s} left"
-        elif sec == "ll":   # three processes: each gets at most a third of what is left
-            results["ll"] = run.run_ll(work, named, specs, args.quick, limit(3 * timeout_s) // 3)
+        elif sec == "ll":   # its processes in turn, each with what is left when it starts
+            results["ll"] = run.run_ll(work, named, specs, args.quick, lambda: max(1, limit(timeout_s)))
         elif sec == "experts":
             results["experts"] = run.run_experts(work, args.quick, limit(2 * timeout_s))
         else:

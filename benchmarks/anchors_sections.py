@@ -39,9 +39,9 @@ def deepep_found() -> tuple[bool, str]:
     return True, f"{os.environ.get('COMMBENCH_DEEPEP_VERSION') or ver} at {Path(where).parent}"
 
 
-def run_ll(work: Path, named: list[str], specs: list[str], quick: bool, timeout_s: int,
-           progress=lambda: None) -> dict:
-    """Ours (ipc_ll, nvshmem_ll) and DeepEP at one rank, then ours at 2 (and 4) ranks for the check."""
+def run_ll(work: Path, named: list[str], specs: list[str], quick: bool, timeout_s) -> dict:
+    """Ours (ipc_ll, nvshmem_ll) and DeepEP at one rank, then ours at 2 (and 4) ranks for the check;
+    ``timeout_s`` per process (or a function giving it as each starts)."""
     path = work / "ll.jsonl"
     path.unlink(missing_ok=True)
     shapes = named + [ll.add_shape(s) for s in specs]
@@ -50,7 +50,7 @@ def run_ll(work: Path, named: list[str], specs: list[str], quick: bool, timeout_
                           iters=10 if quick else 20, tokens=ll.workers.TOKENS, variants=[],
                           ranks=[2] if quick else [2, 4],
                           check_shapes=shapes[:1] if quick else shapes, deepep=have,
-                          timeout_s=timeout_s, progress=progress)
+                          timeout_s=timeout_s)
     recs = ll.load(path)
     return {"records": recs, "problems": failures + rep.ll_problems(recs), "deepep": note,
             "deepep_ran": have}

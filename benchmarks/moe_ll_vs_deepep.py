@@ -160,10 +160,11 @@ def add_shape(spec: str) -> str:
 
 def measure(path: Path, shapes: list[str], specs: list[str], *, iters: int, tokens: int,
             variants: list[str], ranks: list[int], check_shapes: list[str], deepep: bool,
-            timeout_s: int, failures: list[str] | None = None, progress=lambda: None) -> list[str]:
+            timeout_s, failures: list[str] | None = None, progress=lambda: None) -> list[str]:
     """Run the workers (ours and DeepEP at one rank, ours at each of ``ranks`` sharing the GPU
     for the check) into the JSON lines at ``path``; ``specs`` are add_shape's extra shapes,
-    measured beside ``shapes``. ``progress`` runs after every worker. Appends the failures to
+    measured beside ``shapes``. ``timeout_s``: seconds per worker, or a function giving them
+    when the worker starts. ``progress`` runs after every worker. Appends the failures to
     ``failures`` and returns it."""
     failures = [] if failures is None else failures
     common = ["--jsonl", str(path), "--iters", str(iters), "--tokens", str(tokens),
@@ -178,7 +179,7 @@ def measure(path: Path, shapes: list[str], specs: list[str], *, iters: int, toke
         jobs.append((f"ours at {n} ranks sharing the GPU",
                      ["--worker", "ours", "--check-only", "--shapes", ",".join(check_shapes), *common], n))
     for what, argv, n in jobs:
-        rc = spawn(argv, timeout_s, ranks=n)
+        rc = spawn(argv, timeout_s() if callable(timeout_s) else timeout_s, ranks=n)
         if rc:
             failures.append(f"{what}: exit {rc}")
         progress()
