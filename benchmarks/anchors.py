@@ -33,6 +33,8 @@ import moe_ll_vs_deepep as ll  # noqa: E402
 SECTIONS = ("ll", "experts", "proxy")   # the report's order
 RUN_ORDER = ("proxy", "ll", "experts")  # the cheapest first, so a call cut short keeps the most
 MIN_SECTION_S = 15                      # less left of --budget-s: the section is not started
+TITLES = {"ll": "Low-latency dispatch/combine: ours vs DeepEP", "experts": "Expert kernel against its roofline",
+          "proxy": "Proxy command delivery"}
 
 
 def _dist(name: str) -> str | None:
@@ -57,7 +59,7 @@ def machine(deepep_note: str) -> dict:
 def section_ll(res: dict) -> tuple[list[str], bool]:
     recs = res["records"]
     verdict, met = rep.ll_verdicts(recs, "" if res["deepep_ran"] else res["deepep"])
-    lines = ["## Low-latency dispatch/combine: ours vs DeepEP", "",
+    lines = [f"## {TITLES['ll']}", "",
              f"DeepEP: {res['deepep']}. One rank, every expert local, our kernels on every SM; "
              "times in us; ratio columns are ours / DeepEP (target <= 1.00).", "", *verdict, "",
              "### Kernel time (device duration per launch, torch profiler, median)", "",
@@ -74,7 +76,7 @@ def section_ll(res: dict) -> tuple[list[str], bool]:
 
 def section_experts(res: dict) -> tuple[list[str], bool]:
     verdict, met = rep.expert_verdicts(res["records"])
-    return ["## Expert kernel against its roofline", "",
+    return [f"## {TITLES['experts']}", "",
             "benchmarks/moe_experts.py: every expert local at one rank; roofline = max(bytes / HBM "
             "bandwidth, FLOPs / tensor-core peak) (docs/metrics.md); time = mean of calls back to back.", "",
             *verdict, "", *rep.expert_table(res["records"]), ""], met
@@ -83,7 +85,7 @@ def section_experts(res: dict) -> tuple[list[str], bool]:
 def section_proxy(res: dict) -> tuple[list[str], bool]:
     verdict, met = rep.proxy_verdicts(res["records"], res["defaults"])
     d = res["defaults"]
-    return ["## Proxy command delivery", "",
+    return [f"## {TITLES['proxy']}", "",
             f"`commbench run {run.PROXY_SUITE.relative_to(ROOT)}` --only "
             f"{' --only '.join(run.PROXY_BENCHES)} (executor none); the verdicts take the family's "
             f"delivery defaults ({', '.join(f'{k} {v}' for k, v in d.items())}).", "",
@@ -99,7 +101,7 @@ def render(info: dict, sections: list[str], quick: bool, results: dict, strict: 
     met: dict[str, bool] = {}
     for sec in sections:
         if sec not in results:
-            out += [f"## {sec}", "", f"Not run: {skipped.get(sec, 'not reached yet')}.", ""]
+            out += [f"## {TITLES[sec]}", "", f"Not run: {skipped.get(sec, 'not reached yet')}.", ""]
             continue
         lines, met[sec] = RENDER[sec](results[sec])
         out += lines
@@ -154,6 +156,7 @@ def main(argv=None) -> int:
                 {"machine": info, "sections": results, "exit": code, "reasons": reasons}, indent=1, default=str))
         return text, code, reasons
 
+    write()
     for sec in (s for s in RUN_ORDER if s in sections):
         if limit(MIN_SECTION_S) < MIN_SECTION_S:
             skipped[sec] = f"less than {MIN_SECTION_S} s of --budget-s {args.budget_s} left"

@@ -50,7 +50,7 @@ def test_report_has_every_section_and_the_verdicts(anchors):
     assert "**Verdict decode: met**" in text and ">= 85%: met" in text
     assert "Not run: less than 15 s" in text
     assert code == 1 and reasons == ["proxy: not run: less than 15 s of --budget-s 20 left"]
-    assert text.index("## Low-latency") < text.index("## Expert") < text.index("## proxy")
+    assert text.index("## Low-latency") < text.index("## Expert") < text.index("## Proxy")
 
 
 def test_wrong_rows_fail_and_strict_fails_a_missed_target(anchors):
