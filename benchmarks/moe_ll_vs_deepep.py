@@ -40,11 +40,22 @@ def _sh(cmd: list[str]) -> str:
         return ""
 
 
+def commit() -> str:
+    """COMMBENCH_COMMIT, else this tree's git HEAD; "unknown" when the tree is not itself a git
+    checkout (a copy inside another repository would name that repository's HEAD)."""
+    if os.environ.get("COMMBENCH_COMMIT"):
+        return os.environ["COMMBENCH_COMMIT"]
+    top = _sh(["git", "rev-parse", "--show-toplevel"])
+    if not top or Path(top).resolve() != ROOT:
+        return "unknown"
+    return _sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
+
+
 def machine() -> dict:
     gpu = _sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-    commit = os.environ.get("COMMBENCH_COMMIT") or _sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
+    commit_ = commit()
     return {"gpu": gpu.splitlines()[0] if gpu else "unknown", "gpus": len(gpu.splitlines()),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit}
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit_}
 
 
 def spawn(argv: list[str], timeout_s: int, ranks: int = 0) -> int:

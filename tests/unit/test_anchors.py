@@ -71,3 +71,13 @@ def test_bad_arguments_exit_2(anchors, argv, why, capsys):
     with pytest.raises(SystemExit) as exc:
         anchors.main(argv)
     assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_commit_names_this_tree_or_the_override(anchors, monkeypatch):
+    monkeypatch.setenv("COMMBENCH_COMMIT", "abc1234")
+    assert anchors.ll.commit() == "abc1234"
+    monkeypatch.delenv("COMMBENCH_COMMIT")
+    monkeypatch.setattr(anchors.ll, "_sh", lambda cmd: "/elsewhere" if "--show-toplevel" in cmd else "9694e9f")
+    assert anchors.ll.commit() == "unknown"   # a copy inside another checkout: not that one's HEAD
+    monkeypatch.setattr(anchors.ll, "_sh", lambda cmd: str(ROOT) if "--show-toplevel" in cmd else "7b691ae")
+    assert anchors.ll.commit() == "7b691ae"
