@@ -40,11 +40,22 @@ def _sh(cmd: list[str]) -> str:
         return ""
 
 
+def commit() -> str:
+    """COMMBENCH_COMMIT, else this tree's git HEAD; "unknown" when the tree is not itself a git
+    checkout (a copy inside another repository would name that repository's HEAD)."""
+    if os.environ.get("COMMBENCH_COMMIT"):
+        return os.environ["COMMBENCH_COMMIT"]
+    top = _sh(["git", "rev-parse", "--show-toplevel"])
+    if not top or Path(top).resolve() != ROOT:
+        return "unknown"
+    return _sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
+
+
 def machine() -> dict:
     gpu = _sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
-    commit = os.environ.get("COMMBENCH_COMMIT") or _sh(["git", "rev-parse", "--short", "HEAD"]) or "unknown"
+    commit_ = commit()
     return {"gpu": gpu.splitlines()[0] if gpu else "unknown", "gpus": len(gpu.splitlines()),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit}
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit_}
 
 
 def spawn(argv: list[str], timeout_s: int, ranks: int = 0) -> int:
@@ -150,6 +161,42 @@ def report(recs: list[dict], info: dict, failures: list[str]) -> str:
     return "\n".join(out)
 
 
+def add_shape(spec: str) -> str:
+    """Register ``NAME:hidden=H,experts=E,topk=K[,tokens=T]`` (random routing); returns NAME."""
+    name, _, kv = spec.partition(":")
+    workers.SHAPES[name] = {"routing": "random",
+                            **{k: int(v) for k, v in (f.split("=") for f in kv.split(","))}}
+    return name
+
+
+def measure(path: Path, shapes: list[str], specs: list[str], *, iters: int, tokens: int,
+            variants: list[str], ranks: list[int], check_shapes: list[str], deepep: bool,
+            timeout_s, failures: list[str] | None = None, progress=lambda: None) -> list[str]:
+    """Run the workers (ours and DeepEP at one rank, ours at each of ``ranks`` sharing the GPU
+    for the check) into the JSON lines at ``path``; ``specs`` are add_shape's extra shapes,
+    measured beside ``shapes``. ``timeout_s``: seconds per worker, or a function giving them
+    when the worker starts. ``progress`` runs after every worker. Appends the failures to
+    ``failures`` and returns it."""
+    failures = [] if failures is None else failures
+    common = ["--jsonl", str(path), "--iters", str(iters), "--tokens", str(tokens),
+              *[a for spec in specs for a in ("--shape", spec)]]
+    extra = {s.partition(":")[0] for s in specs}
+    named = ",".join(s for s in shapes if s not in extra)
+    jobs = [("ours at 1 rank", ["--worker", "ours", "--shapes", named,
+                                "--variants", ",".join(variants), *common], 0)]
+    if deepep:
+        jobs.append(("DeepEP at 1 rank", ["--worker", "deepep", "--shapes", named, *common], 0))
+    for n in ranks:
+        jobs.append((f"ours at {n} ranks sharing the GPU",
+                     ["--worker", "ours", "--check-only", "--shapes", ",".join(check_shapes), *common], n))
+    for what, argv, n in jobs:
+        rc = spawn(argv, timeout_s() if callable(timeout_s) else timeout_s, ranks=n)
+        if rc:
+            failures.append(f"{what}: exit {rc}")
+        progress()
+    return failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", choices=("ours", "deepep", "launches"),
@@ -167,16 +214,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=300, help="seconds per worker process")
     ap.add_argument("--out", type=Path, help="Markdown file (default: stdout only)")
     ap.add_argument("--records", type=Path, help="keep the JSON lines here")
-    ap.add_argument("--shape", action="append", default=[], metavar="NAME:hidden=H,experts=E,topk=K",
+    ap.add_argument("--shape", action="append", default=[], metavar="NAME:hidden=H,experts=E,topk=K[,tokens=T]",
                     help="one more shape (random routing), measured with the others; repeatable")
     ap.add_argument("--tokens", type=int, default=workers.TOKENS, help="tokens per rank")
     args = ap.parse_args()
-    for spec in args.shape:
-        name, _, kv = spec.partition(":")
-        workers.SHAPES[name] = {"routing": "random",
-                                **{k: int(v) for k, v in (f.split("=") for f in kv.split(","))}}
+    extra = [add_shape(spec) for spec in args.shape]
     workers.TOKENS = args.tokens
-    shapes = [s for s in args.shapes.split(",") if s] + [s.partition(":")[0] for s in args.shape]
+    shapes = [s for s in args.shapes.split(",") if s] + extra
     variants = [v for v in args.variants.split(",") if v]
     if args.worker:
         return workers.main(args.worker, args.jsonl, shapes, variants, args.iters, args.check_only)
@@ -192,23 +236,13 @@ def main() -> int:
             args.out.write_text(text + "\n")
         return text
 
-    common = ["--jsonl", str(path), "--iters", str(args.iters), "--tokens", str(args.tokens),
-              *[a for spec in args.shape for a in ("--shape", spec)]]
-    named = ",".join(s for s in shapes if s not in {x.partition(":")[0] for x in args.shape})
-    jobs = [("ours at 1 rank", ["--worker", "ours", "--shapes", named,
-                                "--variants", ",".join(variants), *common], 0)]
-    if not args.no_deepep:
-        jobs.append(("DeepEP at 1 rank", ["--worker", "deepep", "--shapes", named, *common], 0))
-    for n in [int(r) for r in args.ranks.split(",") if r]:
-        jobs.append((f"ours at {n} ranks sharing the GPU",
-                     ["--worker", "ours", "--check-only", "--shapes", args.check_shapes, *common], n))
-    for what, argv, ranks in jobs:
-        rc = spawn(argv, args.timeout, ranks=ranks)
-        if rc:
-            failures.append(f"{what}: exit {rc}")
-        write()
+    measure(path, shapes, args.shape, iters=args.iters, tokens=args.tokens, variants=variants,
+                        ranks=[int(r) for r in args.ranks.split(",") if r],
+                        check_shapes=[s for s in args.check_shapes.split(",") if s],
+                        deepep=not args.no_deepep, timeout_s=args.timeout, failures=failures, progress=write)
     print(write())
     return 1 if failures else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,14 +19,18 @@ SHAPES = {   # name: moe parameters (decode: 128 tokens per rank)
     "mixtral-8x7b": {"hidden": 4096, "experts": 8, "topk": 2, "routing": "random"},
     "h6144-e128": {"hidden": 6144, "experts": 128, "topk": 8, "routing": "random"},
 }
-TOKENS = 128
+TOKENS = 128   # per rank, unless a shape names its own ("tokens")
 DTYPES = ("bfloat16", "float8_e4m3")
+
+
+def tokens_of(shape: str) -> int:
+    return SHAPES[shape].get("tokens", TOKENS)
 
 
 def params(shape: str, num_sms: int) -> dict:
     base = {"routing": "random", "seed": 1, "n_group": 8, "topk_group": 4, "zipf_s": 1.2,
             "num_sms": num_sms}
-    return {**base, **SHAPES[shape]}
+    return {**base, **{k: v for k, v in SHAPES[shape].items() if k != "tokens"}}
 
 
 def kernel_us(run, iters: int) -> dict[str, float]:
@@ -105,7 +109,7 @@ def run_ours(ctx, shapes, variants, out_path: str, iters: int, check_only: bool)
         for shape in shapes:
             for dtype in DTYPES:
                 prm = params(shape, torch.cuda.get_device_properties(ctx.device).multi_processor_count)
-                p = make_problem(TOKENS * prm["hidden"] * 2, prm, world.rank, world.size, dtype)
+                p = make_problem(tokens_of(shape) * prm["hidden"] * 2, prm, world.rank, world.size, dtype)
                 kw = {"transport": "nvshmem", "handle": handle} if transport == "nvshmem" else {}
                 extra = variants if transport == "ipc" else []
                 bad += _measure_ours(ctx, p, shape, transport, extra, out_path, iters, check_only,
@@ -123,7 +127,7 @@ def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_onl
     combine = {**peer.COMBINE_VARIANTS, **peer.COMBINE_PARTS}
     default_combine = next(iter(peer.COMBINE_VARIANTS.values()))     # the first is the default
     default_dispatch = next(iter(peer.DISPATCH_VARIANTS.values()))
-    st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, TOKENS, **kw)
+    st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, p.tokens, **kw)
     impl = "ipc_ll" if transport == "ipc" else "nvshmem_ll"
     bad = 0
     try:
@@ -138,23 +142,37 @@ def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_onl
                     rec["dispatch_graph_us"] = graph_us(st.dispatch, iters)
                 rec["combine_graph_us"] = graph_us(st.combine, iters)
                 _emit_rank0(ctx, out_path, {"impl": impl, "variant": name, "shape": shape,
-                                            "dtype": p.dtype, "ranks": p.ranks, **rec})
+                                            "dtype": p.dtype, "ranks": p.ranks, "tokens": p.tokens,
+                                            "ll_variant": _label(name, peer), **rec})
             st.variant.value, st.dispatch_variant.value = default_combine, default_dispatch
         try:
             wrong = check(st)
         except Exception as exc:   # a timed-out wait: record it, then stop (the next would wait too)
             _emit_rank0(ctx, out_path, {"impl": impl, "variant": "default", "shape": shape,
-                                        "dtype": p.dtype, "ranks": p.ranks, "check": True,
+                                        "dtype": p.dtype, "ranks": p.ranks, "tokens": p.tokens,
+                                        "ll_variant": _label("default", peer), "check": True,
                                         "wrong": None, "error": f"{type(exc).__name__}: {exc}"[:300]})
             raise
         wrongs = ctx.world.allgather(int(wrong))
         bad += any(wrongs)
         _emit_rank0(ctx, out_path, {"impl": impl, "variant": "default", "shape": shape, "dtype": p.dtype,
-                                    "ranks": p.ranks, "check": True, "wrong": sum(wrongs),
-                                    "calc_diff": st.extra.get("calc_diff")})
+                                    "ranks": p.ranks, "tokens": p.tokens,
+                                    "ll_variant": _label("default", peer), "check": True,
+                                    "wrong": sum(wrongs), "calc_diff": st.extra.get("calc_diff")})
     finally:
         st.close()
     return bad
+
+
+def _label(name: str, peer) -> str:
+    """The ll_variant of a timed setting: a dispatch variant with the default combine, a combine
+    variant (or half) with the default dispatch, or both defaults."""
+    dispatch, combine = next(iter(peer.DISPATCH_VARIANTS)), next(iter(peer.COMBINE_VARIANTS))
+    if name in peer.DISPATCH_VARIANTS:
+        dispatch = name
+    elif name != "default":
+        combine = name
+    return peer.ll_variant_label(dispatch, combine)
 
 
 def _emit_rank0(ctx, out_path, rec) -> None:
@@ -166,11 +184,8 @@ def run_deepep(ctx, shapes, out_path: str, iters: int) -> int:
     """DeepEP's low-latency dispatch/combine at one rank: same routing and inputs as ours."""
     import deep_ep
 
-    from commbench.families.moe import reference as ref
-    from commbench.families.moe.problem import make_problem
-
-    world, dev, bad = ctx.world, torch.device(ctx.device), 0
-    need = max(deep_ep.Buffer.get_low_latency_rdma_size_hint(TOKENS, SHAPES[s]["hidden"], world.size,
+    world, bad = ctx.world, 0
+    need = max(deep_ep.Buffer.get_low_latency_rdma_size_hint(tokens_of(s), SHAPES[s]["hidden"], world.size,
                                                               SHAPES[s]["experts"]) for s in shapes)
     buf = deep_ep.Buffer(None, 0, -(-need // (1 << 20)) * (1 << 20), low_latency_mode=True,
                          num_qps_per_rank=max(SHAPES[s]["experts"] // world.size for s in shapes),
@@ -178,58 +193,73 @@ def run_deepep(ctx, shapes, out_path: str, iters: int) -> int:
     try:
         for shape in shapes:
             for dtype in DTYPES:
-                prm = params(shape, 0)
-                p = make_problem(TOKENS * prm["hidden"] * 2, prm, world.rank, world.size, dtype)
-                buf.clean_low_latency_buffer(TOKENS, p.hidden, p.experts)
-                idx, w = p.routing.of_rank(p.rank)
-                x = ref.make_tokens(p.rank, p.tokens, p.hidden, dev)
-                topk_idx, topk_w = idx.to(dev).long(), w.to(dev).float()
-                out = torch.empty(p.tokens, p.hidden, dtype=torch.bfloat16, device=dev)
-                state = {}
-
-                def dispatch():
-                    recv, _count, state["handle"], _, _ = buf.low_latency_dispatch(
-                        x, topk_idx, TOKENS, p.experts, use_fp8=p.fp8)
-                    state["recv"] = recv
-
-                def identity_experts():   # the received rows (DeepEP's slot order varies per dispatch)
-                    recv = state["recv"]
-                    if p.fp8:
-                        rows = ref.dequantize_fp8(recv[0].view(-1, p.hidden), _scales_rows(recv[1], p))
-                        state["y"] = rows.to(torch.bfloat16).view(recv[0].shape)
-                    else:
-                        state["y"] = recv.clone()
-
-                dispatch()
-                identity_experts()
-
-                def combine():
-                    buf.low_latency_combine(state["y"], topk_idx, topk_w, state["handle"], out=out)
-
-                def pair():
-                    dispatch()
-                    combine()
-
-                for _ in range(5):
-                    pair()
-                rec = kernel_us(pair, iters)
-                rec["dispatch_graph_us"] = graph_us(dispatch, iters)
-                rec["combine_graph_us"] = graph_us(combine, iters)
-                dispatch()
-                identity_experts()
-                combine()
-                torch.cuda.synchronize()
-                expected = x.float() * topk_w.sum(1, keepdim=True)
-                diff = ref.calc_diff(out.float(), expected)
-                wrong = p.tokens * p.hidden if diff >= p.diff_max else 0
-                bad += wrong > 0
-                _emit_rank0(ctx, out_path, {"impl": "deepep_ll", "variant": "v1.2.1", "shape": shape,
-                                            "dtype": dtype, "ranks": p.ranks, **rec, "wrong": wrong,
-                                            "calc_diff": diff})
+                try:
+                    bad += _deepep_shape(ctx, buf, shape, dtype, out_path, iters)
+                except Exception as exc:  # noqa: BLE001 - DeepEP refuses a shape (e.g. its hidden sizes)
+                    bad += 1
+                    _emit_rank0(ctx, out_path, {"impl": "deepep_ll", "variant": "v1.2.1", "shape": shape,
+                                                "dtype": dtype, "ranks": world.size, "tokens": tokens_of(shape),
+                                                "wrong": None, "error": f"{type(exc).__name__}: {exc}"[:300]})
     finally:
         torch.cuda.synchronize()
         buf.destroy()
     return bad
+
+
+def _deepep_shape(ctx, buf, shape: str, dtype: str, out_path: str, iters: int) -> int:
+    """One shape and dtype through DeepEP's low-latency kernels: times and the check (1 = wrong)."""
+    from commbench.families.moe import reference as ref
+    from commbench.families.moe.problem import make_problem
+
+    world, dev, tokens = ctx.world, torch.device(ctx.device), tokens_of(shape)
+    prm = params(shape, 0)
+    p = make_problem(tokens * prm["hidden"] * 2, prm, world.rank, world.size, dtype)
+    buf.clean_low_latency_buffer(tokens, p.hidden, p.experts)
+    idx, w = p.routing.of_rank(p.rank)
+    x = ref.make_tokens(p.rank, p.tokens, p.hidden, dev)
+    topk_idx, topk_w = idx.to(dev).long(), w.to(dev).float()
+    out = torch.empty(p.tokens, p.hidden, dtype=torch.bfloat16, device=dev)
+    state = {}
+
+    def dispatch():
+        recv, _count, state["handle"], _, _ = buf.low_latency_dispatch(
+            x, topk_idx, tokens, p.experts, use_fp8=p.fp8)
+        state["recv"] = recv
+
+    def identity_experts():   # the received rows (DeepEP's slot order varies per dispatch)
+        recv = state["recv"]
+        if p.fp8:
+            rows = ref.dequantize_fp8(recv[0].view(-1, p.hidden), _scales_rows(recv[1], p))
+            state["y"] = rows.to(torch.bfloat16).view(recv[0].shape)
+        else:
+            state["y"] = recv.clone()
+
+    dispatch()
+    identity_experts()
+
+    def combine():
+        buf.low_latency_combine(state["y"], topk_idx, topk_w, state["handle"], out=out)
+
+    def pair():
+        dispatch()
+        combine()
+
+    for _ in range(5):
+        pair()
+    rec = kernel_us(pair, iters)
+    rec["dispatch_graph_us"] = graph_us(dispatch, iters)
+    rec["combine_graph_us"] = graph_us(combine, iters)
+    dispatch()
+    identity_experts()
+    combine()
+    torch.cuda.synchronize()
+    expected = x.float() * topk_w.sum(1, keepdim=True)
+    diff = ref.calc_diff(out.float(), expected)
+    wrong = p.tokens * p.hidden if diff >= p.diff_max else 0
+    _emit_rank0(ctx, out_path, {"impl": "deepep_ll", "variant": "v1.2.1", "shape": shape,
+                                "dtype": dtype, "ranks": p.ranks, "tokens": p.tokens, **rec,
+                                "wrong": wrong, "calc_diff": diff})
+    return int(wrong > 0)
 
 
 def _scales_rows(scales: torch.Tensor, p) -> torch.Tensor:
@@ -244,8 +274,8 @@ def run_launches(ctx, shape: str, iters: int) -> int:
     from commbench.families.moe.problem import make_problem
 
     prm = params(shape, torch.cuda.get_device_properties(ctx.device).multi_processor_count)
-    p = make_problem(TOKENS * prm["hidden"] * 2, prm, ctx.world.rank, ctx.world.size, "bfloat16")
-    st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, TOKENS)
+    p = make_problem(tokens_of(shape) * prm["hidden"] * 2, prm, ctx.world.rank, ctx.world.size, "bfloat16")
+    st = peer.PeerState(p, "round_trip", "ll", ctx.world.comm, ctx.device, p.tokens)
     try:
         with torch.cuda.device(st.device), torch.cuda.stream(st.stream):
             for _ in range(iters):

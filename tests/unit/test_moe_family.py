@@ -175,3 +175,25 @@ def test_round_trip_is_dispatch_plus_combine():
             assert r.algbw_bytes == d.algbw_bytes + c.algbw_bytes
             link = d.algbw_bytes * d.bus_factor + c.algbw_bytes * c.bus_factor
             assert abs(r.algbw_bytes * r.bus_factor - link) < 1e-6 * link
+
+
+def test_ll_rows_record_the_variant_that_ran(monkeypatch):
+    from commbench.families.moe import peer, routing
+    from commbench.families.moe.family import _columns
+
+    fam = get_family("moe")
+
+    def columns(backend):
+        c = case(backend=backend)
+        prm = {k: c.param(k, spec.default) for k, spec in fam.params.items()}
+        return _columns(c, routing.for_case(prm, 64, 2), prm["hidden"])
+
+    monkeypatch.delenv(peer.COMBINE_VARIANT_VAR, raising=False)
+    monkeypatch.delenv(peer.DISPATCH_VARIANT_VAR, raising=False)
+    assert columns("ipc_ll")["ll_variant"] == "dispatch=plain,combine=rows"
+    monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "per_expert")
+    monkeypatch.setenv(peer.DISPATCH_VARIANT_VAR, "staged")
+    assert columns("nvshmem_ll")["ll_variant"] == "dispatch=staged,combine=per_expert"
+    for backend in ("ipc", "nccl_a2a"):   # not the low-latency kernels: no column
+        assert "ll_variant" not in columns(backend)
+    assert peer.ll_variant_label("staged", "rows_fenced") == "dispatch=staged,combine=rows_fenced"

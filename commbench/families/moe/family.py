@@ -176,13 +176,18 @@ class MoeFamily(Family):
 
 
 def _columns(case: Case, routing, hidden: int) -> dict:
-    """Extra result columns: mode, tokens, load imbalance and both byte counts."""
+    """Extra result columns: mode, tokens, load imbalance, both byte counts, the LL variant."""
     from .bytes import LOW_LATENCY_BACKENDS, moe_bytes
 
     b = moe_bytes(routing, _bytes_op(case.op), case.backend, case.dtype, hidden)
-    return {"mode": "low_latency" if case.backend in LOW_LATENCY_BACKENDS else "normal",
+    cols = {"mode": "low_latency" if case.backend in LOW_LATENCY_BACKENDS else "normal",
             "tokens_per_rank": routing.num_tokens, "deepep_bytes": b.deepep_bytes,
             "link_bytes": b.link_bytes, "rows_per_rank": b.rows, **routing.imbalance()}
+    if case.backend in LL_BACKENDS:   # which kernel organisation ran (PeerState reads the same)
+        from .peer import ll_variant_label
+
+        cols["ll_variant"] = ll_variant_label()
+    return cols
 
 
 def _bytes_op(op: str) -> str:

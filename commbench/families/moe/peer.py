@@ -59,6 +59,11 @@ def combine_variant() -> str:
     return _variant(COMBINE_VARIANT_VAR, COMBINE_VARIANTS)
 
 
+def ll_variant_label(dispatch: str | None = None, combine: str | None = None) -> str:
+    """The ``ll_variant`` result column: "dispatch=X,combine=Y" (by default this process's)."""
+    return f"dispatch={dispatch or dispatch_variant()},combine={combine or combine_variant()}"
+
+
 def workspace_sizes(p: Problem, mode: str, max_tokens: int, staged: bool = False) -> dict[str, int]:
     """Bytes of each workspace field for one mode; ``staged`` adds the input (NVSHMEM)."""
     R, L, K, H = p.ranks, p.local_experts, p.topk, p.hidden

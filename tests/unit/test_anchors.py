@@ -1,0 +1,83 @@
+"""benchmarks/anchors.py on CPU: the report from given records (every section, one not run), exit
+status, and its argument checks."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def anchors():
+    pytest.importorskip("torch")   # moe_ll_workers imports it (no GPU needed)
+    spec = importlib.util.spec_from_file_location("anchors", ROOT / "benchmarks" / "anchors.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _ll(impl, shape, dtype, d, c):
+    return {"impl": impl, "variant": "v1.2.1" if impl == "deepep_ll" else "default", "shape": shape,
+            "dtype": dtype, "ranks": 1, "dispatch_kernel_us": d, "combine_kernel_us": c,
+            "dispatch_graph_us": d + 1, "combine_graph_us": c + 1,
+            **({} if impl == "deepep_ll" else {"ll_variant": "dispatch=plain,combine=rows"})}
+
+
+def _results():
+    ll = [_ll("ipc_ll", "deepseek-v3", "bfloat16", 20.9, 15.5),
+          _ll("nvshmem_ll", "deepseek-v3", "bfloat16", 20.4, 15.4),
+          _ll("deepep_ll", "deepseek-v3", "bfloat16", 21.0, 22.2) | {"wrong": 0, "calc_diff": 1e-15},
+          {"impl": "ipc_ll", "variant": "default", "shape": "deepseek-v3", "dtype": "bfloat16", "ranks": 2,
+           "check": True, "wrong": 0, "calc_diff": 1e-15}]
+    experts = [{"model": "deepseek-v3", "phase": "decode", "tokens": 128, "gemm": "fused", "time_us": 4927.0,
+                "roofline_us": 4630.0, "bound": "hbm", "pct_of_roofline": 94.0, "hbm_tbps": 4.51, "tflops": 18.0,
+                "wrong": 0}]
+    return {"ll": {"records": ll, "problems": [], "deepep": "v1.2.1 at /tmp/deepep", "deepep_ran": True},
+            "experts": {"records": experts, "problems": []}}
+
+
+def test_report_has_every_section_and_the_verdicts(anchors):
+    info = {"gpu": "1x NVIDIA H200", "driver": "580.159.04", "date": "2026-12-03 20:00 UTC", "commit": "abc1234"}
+    text, code, reasons = anchors.render(info, ["ll", "experts", "proxy"], True, _results(), False,
+                                         {"proxy": "less than 15 s of --budget-s 20 left"})
+    assert "commit abc1234" in text and "| 1x NVIDIA H200 | 580.159.04 |" in text
+    assert "**Verdict combine: met**" in text and "**Verdict dispatch: met**" in text
+    assert "| deepseek-v3 | bfloat16 | 20.9 / 15.5 | 20.4 / 15.4 | 21.0 / 22.2 | 0.70, 0.69 |" in text
+    assert "dispatch=plain,combine=rows" in text
+    assert "**Verdict decode: met**" in text and ">= 85%: met" in text
+    assert "Not run: less than 15 s" in text
+    assert code == 1 and reasons == ["proxy: not run: less than 15 s of --budget-s 20 left"]
+    assert text.index("## Low-latency") < text.index("## Expert") < text.index("## Proxy")
+
+
+def test_wrong_rows_fail_and_strict_fails_a_missed_target(anchors):
+    res = _results()
+    res["experts"]["records"][0]["pct_of_roofline"] = 60.0
+    _, code, reasons = anchors.render({}, ["ll", "experts"], False, res, False, {})
+    assert (code, reasons) == (0, [])                   # a missed target is reported, not an error
+    _, code, reasons = anchors.render({}, ["ll", "experts"], False, res, True, {})
+    assert code == 1 and reasons == ["experts: a target was not met"]
+    res["ll"]["problems"] = ["ipc_ll deepseek-v3 bfloat16 at 2 rank(s): wrong = 3"]
+    _, code, reasons = anchors.render({}, ["ll"], False, res, False, {})
+    assert code == 1 and "wrong = 3" in reasons[0]
+
+
+@pytest.mark.parametrize("argv, why", [(["--shapes", "h100-e8"], "multiple of 128"),
+                                       (["--sections", "ll,gpu"], "unknown")])
+def test_bad_arguments_exit_2(anchors, argv, why, capsys):
+    with pytest.raises(SystemExit) as exc:
+        anchors.main(argv)
+    assert exc.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_commit_names_this_tree_or_the_override(anchors, monkeypatch):
+    monkeypatch.setenv("COMMBENCH_COMMIT", "abc1234")
+    assert anchors.ll.commit() == "abc1234"
+    monkeypatch.delenv("COMMBENCH_COMMIT")
+    monkeypatch.setattr(anchors.ll, "_sh", lambda cmd: "/elsewhere" if "--show-toplevel" in cmd else "9694e9f")
+    assert anchors.ll.commit() == "unknown"   # a copy inside another checkout: not that one's HEAD
+    monkeypatch.setattr(anchors.ll, "_sh", lambda cmd: str(ROOT) if "--show-toplevel" in cmd else "7b691ae")
+    assert anchors.ll.commit() == "7b691ae"
