@@ -109,7 +109,7 @@ def test_ll_variants_from_the_environment(monkeypatch):
 
     monkeypatch.delenv(peer.COMBINE_VARIANT_VAR, raising=False)
     monkeypatch.delenv(peer.DISPATCH_VARIANT_VAR, raising=False)
-    assert (peer.combine_variant(), peer.dispatch_variant()) == ("rows", "plain")
+    assert (peer.combine_variant(), peer.dispatch_variant()) == ("rows", "flat")
     monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "per_expert")
     monkeypatch.setenv(peer.DISPATCH_VARIANT_VAR, "staged")
     assert peer.COMBINE_VARIANTS[peer.combine_variant()] == 1
@@ -190,7 +190,7 @@ def test_ll_rows_record_the_variant_that_ran(monkeypatch):
 
     monkeypatch.delenv(peer.COMBINE_VARIANT_VAR, raising=False)
     monkeypatch.delenv(peer.DISPATCH_VARIANT_VAR, raising=False)
-    assert columns("ipc_ll")["ll_variant"] == "dispatch=plain,combine=rows"
+    assert columns("ipc_ll")["ll_variant"] == "dispatch=flat,combine=rows"
     monkeypatch.setenv(peer.COMBINE_VARIANT_VAR, "per_expert")
     monkeypatch.setenv(peer.DISPATCH_VARIANT_VAR, "staged")
     assert columns("nvshmem_ll")["ll_variant"] == "dispatch=staged,combine=per_expert"

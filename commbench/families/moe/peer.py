@@ -32,7 +32,7 @@ EPOCH_COUNTER_INTS = 3   # moe::EpochCounter: value, blocks_done, arrived
 # Organisations of the low-latency kernels (moe::DispatchVariant, moe::CombineVariant in
 # kernels/moe_ll_kernels.cuh and moe_ll_combine.cuh), chosen with these variables for A/B
 # measurements; the first of each is the default.
-DISPATCH_VARIANTS = {"plain": 1, "staged": 0, "flat": 2}
+DISPATCH_VARIANTS = {"flat": 2, "plain": 1, "staged": 0}
 COMBINE_VARIANTS = {"rows": 0, "per_expert": 1, "rows_fenced": 2}
 DISPATCH_VARIANT_VAR = "COMMBENCH_MOE_LL_DISPATCH"
 COMBINE_VARIANT_VAR = "COMMBENCH_MOE_LL_COMBINE"
