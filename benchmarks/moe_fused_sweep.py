@@ -81,7 +81,7 @@ def _row(model, phase, variant, experts, xe, ends, counts, want, bound, H, I, cf
     experts.gemm = "fused"
     got = experts.forward(xe, ends)
     wrong = int((~(token_errors(got, want) <= BF16_TOKEN_RTOL)).sum())
-    t, single = time_us(lambda: experts.forward(xe, ends), iters=5, warmup=1)
+    t, single = time_us(lambda e=experts, x=xe, n=ends: e.forward(x, n), iters=5, warmup=1)
     h = moe_gemm(xe, experts.w13, ends, True, up)
     up_us = _event_us(lambda: moe_gemm(xe, experts.w13, ends, True, up))
     down_us = _event_us(lambda: moe_gemm(h, experts.w2, ends, False, down))
@@ -149,7 +149,7 @@ def sweep(model: str, deadline: float, only=None) -> None:
         if phase == "prefill" and not baselines_done:
             baselines_done = True
             experts.gemm = "grouped_mm"
-            t, _ = time_us(lambda: experts.forward(xe, ends), iters=5, warmup=1)
+            t, _ = time_us(lambda e=experts, x=xe, n=ends: e.forward(x, n), iters=5, warmup=1)
             print(f"# {model} prefill torch._grouped_mm: {t:.0f} us, {bound.pct_of(t):.1f}% of "
                   f"roofline, {bound.flops / t / 1e6:.0f} TFLOP/s", flush=True)
             _dense_ceiling(model, pairs, H, I, peak)
