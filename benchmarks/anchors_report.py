@@ -236,26 +236,22 @@ def proxy_verdicts(rows: list[dict], defaults: dict) -> tuple[list[str], bool]:
     ok_rows = [r for r in rows if r.get("status") == "ok" and _is_default(r, defaults)]
     lat = [r for r in ok_rows if r.get("op") == "latency" and r.get("latency_p50_us") is not None]
     rate = [r for r in ok_rows if r.get("op") == "rate" and r.get("rate_mops") is not None]
-    lines, met = [], True
+    found: dict[str, tuple[bool, str] | None] = {"latency": None, "rate": None}
     if lat:
         p50, p99 = min(r["latency_p50_us"] for r in lat), min(r.get("latency_p99_us") or 0 for r in lat)
-        ok = all(r["latency_p50_us"] <= PROXY_P50_MAX_US for r in lat)
-        met &= ok
-        lines.append(f"**Verdict latency: {'met' if ok else 'not met'}**: p50 {p50:.2f} us (p99 {p99:.2f}) "
-                     f"against <= {PROXY_P50_MAX_US} us.")
-    else:
-        met = False
-        lines.append("**Verdict latency: no row** at the delivery defaults.")
+        found["latency"] = (all(r["latency_p50_us"] <= PROXY_P50_MAX_US for r in lat),
+                            f"p50 {p50:.2f} us (p99 {p99:.2f}) against <= {PROXY_P50_MAX_US} us.")
     if rate:
         mops = min(r["rate_mops"] for r in rate)
-        ok = mops >= PROXY_RATE_MIN_MOPS
-        met &= ok
-        lines.append(f"**Verdict rate: {'met' if ok else 'not met'}**: {mops:.1f} M commands/s against "
-                     f">= {PROXY_RATE_MIN_MOPS:.0f}.")
-    else:
-        met = False
-        lines.append("**Verdict rate: no row** at the delivery defaults.")
-    return lines, met
+        found["rate"] = (mops >= PROXY_RATE_MIN_MOPS,
+                         f"{mops:.1f} M commands/s against >= {PROXY_RATE_MIN_MOPS:.0f}.")
+    lines = [_verdict(name, *v) if v else f"**Verdict {name}: no row** at the delivery defaults."
+             for name, v in found.items()]
+    return lines, all(v is not None and v[0] for v in found.values())
+
+
+def _verdict(name: str, ok: bool, detail: str) -> str:
+    return f"**Verdict {name}: {'met' if ok else 'not met'}**: {detail}"
 
 
 def proxy_problems(rows: list[dict]) -> list[str]:

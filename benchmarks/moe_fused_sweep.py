@@ -64,14 +64,8 @@ COLUMNS = ("model", "phase", "variant", "time_us", "single_us", "gate_up_us", "d
 
 
 def _event_us(fn, iters: int = 5) -> float:
-    fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) * 1e3 / iters
+    """Mean per call over ``iters`` calls back to back (expert_bench.time_us, one warm-up)."""
+    return time_us(fn, iters, warmup=1)[0]
 
 
 def _row(model, phase, variant, experts, xe, ends, counts, want, bound, H, I, cfgs):
