@@ -37,23 +37,26 @@ def _pair(up: Config, down: Config = Config(128, 256, 64, 8, 3), **kw) -> tuple[
 
 UP, UP64 = Config(128, 128, 64, 8, 3), Config(128, 64, 64, 8, 3)
 DOWN128 = Config(128, 128, 64, 8, 3)
+T32 = {"tail_m": 32}
+PP = {"pair": 2, "tma": True}
 PREFILL_VARIANTS = (   # most telling first: the budget may cut the end of the list
-    ("bm128", _pair(UP)),
-    ("a32", _pair(UP, attach_m=32)),
-    ("a32-s4", _pair(Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 4), attach_m=32)),
-    ("t32", _pair(UP, tail_m=32)),
     ("t32-tma", _pair(UP, tail_m=32, tma=True)),
-    ("t32-tma-s4", _pair(Config(128, 128, 64, 8, 4), Config(128, 256, 64, 8, 4), tail_m=32,
-                         tma=True)),
-    ("a32-tma", _pair(UP, attach_m=32, tma=True)),
-    ("a32-t32", _pair(UP, tail_m=32, attach_m=32)),
-    ("t16", _pair(UP, tail_m=16)),
-    ("a32-bn64", _pair(UP64, DOWN128, attach_m=32)),
-    ("t32-tma-bk128", _pair(Config(128, 128, 128, 8, 2), Config(128, 256, 128, 8, 2), tail_m=32,
-                            tma=True)),
-    # 256-row blocks: one program per expert and column tile at 219-288 rows (qwen3's)
-    ("bm256-a32-t64", _pair(Config(256, 64, 64, 8, 3), Config(256, 128, 64, 8, 3), attach_m=32,
-                            tail_m=64), ("qwen3-235b-a22b",)),
+    ("t32-pp-tma-s4", (Config(128, 128, 64, 8, 4, **PP, **T32), Config(128, 256, 64, 8, 4, tma=True, **T32))),
+    ("t32-pp-tma-s4/down-ptr", (Config(128, 128, 64, 8, 4, **PP, **T32), Config(128, 256, 64, 8, 4, **T32))),
+    ("t32-pp-tma-bk128", (Config(128, 128, 128, 8, 2, **PP, **T32),
+                          Config(128, 256, 128, 8, 2, tma=True, **T32))),
+    ("t16-pp-tma-s4", (Config(128, 128, 64, 8, 4, **PP, tail_m=16), Config(128, 256, 64, 8, 4, tma=True, tail_m=16))),
+    ("a32-t32-pp-tma-s4", (Config(128, 128, 64, 8, 4, **PP, attach_m=32, **T32),
+                           Config(128, 256, 64, 8, 4, tma=True, attach_m=32, **T32))),
+    ("a32-pp-tma-s4", (Config(128, 128, 64, 8, 4, **PP, attach_m=32),
+                       Config(128, 256, 64, 8, 4, tma=True, attach_m=32))),
+    ("a32-pg-s4", (Config(128, 128, 64, 8, 4, pair=1, attach_m=32),
+                   Config(128, 256, 64, 8, 4, attach_m=32))),
+    ("t32-pg-s4", (Config(128, 128, 64, 8, 4, pair=1, **T32), Config(128, 256, 64, 8, 4, **T32))),
+    ("t32-pp-tma-s4/down-bn128-s4", (Config(128, 128, 64, 8, 4, **PP, **T32),
+                                     Config(128, 128, 64, 8, 4, tma=True, **T32))),
+    ("t32-pp-tma-s4/down-bk32-s6", (Config(128, 128, 64, 8, 4, **PP, **T32),
+                                    Config(128, 256, 32, 8, 6, tma=True, **T32))),
 )
 DECODE_PINNED = {   # the tuner's decode choices on the H200 (2026-12-03)
     "deepseek-v3": (Config(16, 32, 256, 4, 4), Config(16, 128, 128, 4, 4)),
@@ -76,8 +79,9 @@ def _row(model, phase, variant, experts, xe, ends, counts, want, bound, H, I, cf
     got = experts.forward(xe, ends)
     wrong = int((~(token_errors(got, want) <= BF16_TOKEN_RTOL)).sum())
     t, single = time_us(lambda e=experts, x=xe, n=ends: e.forward(x, n), iters=5, warmup=1)
-    h = moe_gemm(xe, experts.w13, ends, True, up)
-    up_us = _event_us(lambda: moe_gemm(xe, experts.w13, ends, True, up))
+    w13 = experts.fused.weights_for(up)
+    h = moe_gemm(xe, w13, ends, True, up)
+    up_us = _event_us(lambda: moe_gemm(xe, w13, ends, True, up))
     down_us = _event_us(lambda: moe_gemm(h, experts.w2, ends, False, down))
     padded = sum(n for r in counts for _, n in expert_blocks(r, up.block_m, up.tail, up.attach_m))
     return {"model": model, "phase": phase, "variant": variant, "time_us": round(t, 1),
@@ -90,6 +94,30 @@ def _row(model, phase, variant, experts, xe, ends, counts, want, bound, H, I, cf
 
 def _print(row):
     print("\t".join(str(row.get(c, "")) for c in COLUMNS), flush=True)
+
+
+def _triton_dense(model, pairs, H, I, peak):
+    """Our kernel on one expert holding every row: the Triton loop's rate with no grouping."""
+    x = make_tokens(0, pairs, H, "cuda")
+    w13 = (torch.randn(1, 2 * I, H, device="cuda") / 8).to(torch.bfloat16)
+    w2 = (torch.randn(1, H, I, device="cuda") / 8).to(torch.bfloat16)
+    ends = torch.tensor([pairs], device="cuda", dtype=torch.int32)
+    h = torch.randn(pairs, I, device="cuda").to(torch.bfloat16)
+    for up, down in ((Config(128, 128, 64, 8, 3, tma=True), Config(128, 256, 64, 8, 3, tma=True)),
+                     (Config(128, 128, 64, 8, 4, pair=1), Config(128, 256, 64, 8, 4)),
+                     (Config(128, 128, 64, 8, 4, pair=2, tma=True), Config(128, 128, 64, 8, 3))):
+        try:
+            from commbench.families.moe.fused_moe_triton import pack_pairs
+            w = pack_pairs(w13) if up.pair == 2 else w13
+            up_us = _event_us(lambda: moe_gemm(x, w, ends, True, up), 10)
+            down_us = _event_us(lambda: moe_gemm(h, w2, ends, False, down), 10)
+        except Exception as exc:  # noqa: BLE001
+            print(f"# triton dense {up.label()}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            continue
+        f_up, f_down = 4.0 * H * I * pairs, 2.0 * H * I * pairs
+        print(f"# triton dense {model}: gate_up {up.label()} {up_us:.0f} us "
+              f"({f_up / up_us / 1e6:.0f} TFLOP/s), down {down.label()} {down_us:.0f} us "
+              f"({f_down / down_us / 1e6:.0f} TFLOP/s)", flush=True)
 
 
 def _dense_ceiling(model, pairs, H, I, peak):
@@ -147,6 +175,7 @@ def sweep(model: str, deadline: float, only=None) -> None:
             print(f"# {model} prefill torch._grouped_mm: {t:.0f} us, {bound.pct_of(t):.1f}% of "
                   f"roofline, {bound.flops / t / 1e6:.0f} TFLOP/s", flush=True)
             _dense_ceiling(model, pairs, H, I, peak)
+            _triton_dense(model, pairs, H, I, peak)
         del xe, want
     del experts
     torch.cuda.empty_cache()

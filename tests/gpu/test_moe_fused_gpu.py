@@ -42,6 +42,12 @@ PREFILL_ROWS = [130, 257, 0, 96, 200, 1, 128, 65, 0, 15, 16, 17, 33, 100, 159]
     (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, tail_m=16, tma=True)),
     (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 3, attach_m=32)),
     (PREFILL_ROWS, fused.Config(128, 64, 64, 8, 3, tail_m=32, attach_m=32, tma=True)),
+    # gate and up as one product: gathered pairs, and the packed w13 (pointer and TMA loads)
+    (DECODE_ROWS, fused.Config(16, 64, 128, 4, 4, pair=1)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 4, attach_m=32, pair=1)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 4, tail_m=32, tma=True, pair=2)),
+    (PREFILL_ROWS, fused.Config(128, 128, 64, 8, 4, attach_m=32, tma=True, pair=2)),
+    (PREFILL_ROWS, fused.Config(128, 64, 64, 8, 3, tail_m=16, pair=2)),
 ])
 def test_fused_matches_the_reference(counts, cfg):
     experts, xe, ends = _setup(counts, cfg=cfg)
@@ -50,6 +56,17 @@ def test_fused_matches_the_reference(counts, cfg):
     err = token_errors(got, reference(experts, xe, counts))
     assert float(err.max()) <= BF16_TOKEN_RTOL
     assert [t["config"] for t in experts.fused.tried] == [cfg.label()] * 2   # gate_up, down
+
+
+@pytest.mark.parametrize("cfg", [fused.Config(128, 128, 64, 8, 3, pair=1),
+                                 fused.Config(128, 128, 64, 8, 3, tail_m=32, pair=2),
+                                 fused.Config(128, 128, 64, 8, 3, tail_m=32, tma=True, pair=2)])
+def test_paired_gate_up_with_a_partial_column_tile(cfg):
+    # 320 columns: the last 128-column tile is partly past N (its pairs masked, or read past
+    # the expert's rows and never stored)
+    experts, xe, ends = _setup(PREFILL_ROWS, inter=320, cfg=cfg)
+    err = token_errors(experts.forward(xe, ends), reference(experts, xe, PREFILL_ROWS))
+    assert float(err.max()) <= BF16_TOKEN_RTOL
 
 
 @pytest.mark.parametrize("block_m,tail_m,attach_m", [(16, 16, 0), (128, 128, 0), (128, 16, 0),

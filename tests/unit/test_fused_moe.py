@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
 
@@ -123,14 +124,20 @@ for bm, tail, attach in ((16, 16, 0), (32, 32, 0), (64, 16, 0), (16, 16, 16)):
     assert got.count == ref.count
 for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2, tail_m=16, attach_m=16),
             fused.Config(64, 32, 32, 4, 2, tail_m=16), fused.Config(64, 16, 32, 4, 2, tail_m=16, tma=True),
-            fused.Config(16, 16, 32, 4, 2, attach_m=16)):
-    h = fused.moe_gemm(x.half(), w13.half(), ends, True, cfg)
+            fused.Config(16, 16, 32, 4, 2, attach_m=16), fused.Config(16, 16, 32, 4, 2, pair=1),
+            fused.Config(32, 16, 16, 4, 2, tail_m=16, attach_m=16, pair=1),
+            fused.Config(32, 16, 32, 4, 2, tail_m=16, attach_m=16, pair=2),
+            fused.Config(64, 16, 32, 4, 2, tail_m=16, tma=True, pair=2)):
+    w = fused.pack_pairs(w13) if cfg.pair == 2 else w13
+    h = fused.moe_gemm(x.half(), w.half(), ends, True, cfg)
     got = fused.moe_gemm(h.half(), w2.half(), ends, False, cfg)
     print(cfg.label(), float(token_errors(got, want).max()))
 """
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed here (the GPU machine has it)")
+@pytest.mark.skipif(tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 4),
+                    reason="Triton 3.6's interpreter casts 1-element arrays to int, which numpy >= 2.4 refuses")
 def test_kernel_matches_the_reference_in_the_interpreter():
     # Triton's CPU interpreter (a fresh process: it must be on before Triton is imported) has no
     # bfloat16 arithmetic: run the kernel in FP16 (weights and inputs are exact in both) and
@@ -144,7 +151,7 @@ def test_kernel_matches_the_reference_in_the_interpreter():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     errors = [float(line.split()[1]) for line in done.stdout.splitlines()]
-    assert len(errors) == 5 and max(errors) < 3e-2, done.stdout
+    assert len(errors) == 9 and max(errors) < 3e-2, done.stdout
 
 
 def test_layer_columns_sum_the_micro_batches(monkeypatch):
@@ -168,6 +175,24 @@ def test_config_labels_name_every_launch_option():
     cfg = fused.Config(128, 64, 64, 8, 3, tail_m=32, attach_m=32, tma=True)
     assert cfg.label() == "BM128-BN64-BK64-w8-s3-t32-a32-tma"
     assert cfg.tail == 32 and fused.Config(16, 64, 128, 4, 4).tail == 16
+
+
+def test_paired_layout_interleaves_gate_and_up_rows():
+    L, N, K = 2, 3, 4
+    w13 = torch.arange(L * 2 * N * K, dtype=torch.float32).view(L, 2 * N, K)
+    packed = fused.pack_pairs(w13)
+    assert packed.shape == w13.shape and packed.is_contiguous()
+    for e in range(L):
+        for j in range(N):
+            assert torch.equal(packed[e, 2 * j], w13[e, j])          # gate j
+            assert torch.equal(packed[e, 2 * j + 1], w13[e, N + j])  # up j
+    assert fused.Config(128, 128, 64, 8, 4, tail_m=32, pair=2, tma=True).label() == \
+        "BM128-BN128-BK64-w8-s4-t32-pp-tma"
+    assert fused.Config(128, 128, 64, 8, 4, pair=1).label() == "BM128-BN128-BK64-w8-s4-pg"
+    with pytest.raises(ValueError, match="pointer loads"):
+        fused.Config(128, 128, 64, 8, 4, pair=1, tma=True)
+    with pytest.raises(ValueError, match="pair must be"):
+        fused.Config(128, 128, 64, 8, 4, pair=3)
 
 
 def test_attached_rows_ride_on_the_last_full_block():

@@ -10,7 +10,10 @@ class Config:
     expert's leftover rows get blocks of BLOCK_M/2 ... tail_m rows (0: tail_m = block_m, the
     last block padded to BLOCK_M). ``attach_m``: an expert's last full block also takes up to
     attach_m leftover rows (one weight read for both). ``tma``: tiles loaded through tensor
-    descriptors (TMA) instead of pointer loads."""
+    descriptors (TMA) instead of pointer loads. ``pair`` (gate/up only): 0, gate and up are two
+    products of BLOCK_N columns each; 1, one product over 2*BLOCK_N weight rows taken in (gate j,
+    up j) pairs from w13 (pointer loads); 2, the same from a copy of w13 with its rows stored in
+    that order (``pack_pairs``; TMA can load it)."""
     block_m: int
     block_n: int
     block_k: int
@@ -19,6 +22,13 @@ class Config:
     tail_m: int = 0
     tma: bool = False
     attach_m: int = 0
+    pair: int = 0
+
+    def __post_init__(self):
+        if self.pair not in (0, 1, 2):
+            raise ValueError(f"pair must be 0, 1 or 2, not {self.pair}")
+        if self.pair == 1 and self.tma:
+            raise ValueError("pair=1 gathers weight rows with pointer loads: not with TMA")
 
     @property
     def tail(self) -> int:
@@ -31,6 +41,8 @@ class Config:
             out += f"-t{self.tail}"
         if self.attach_m:
             out += f"-a{self.attach_m}"
+        if self.pair:
+            out += ("", "-pg", "-pp")[self.pair]
         return out + ("-tma" if self.tma else "")
 
 
@@ -49,17 +61,23 @@ MID_CONFIGS = (
     Config(64, 128, 64, 4, 4),
 )
 # Prefill: hundreds of rows per expert, 128-row tensor-core tiles with two warpgroups. The
-# winners of a sweep on one H200 (docs/measurements/2026-12-03-h200x1-expert-prefill.md):
-# 32 rows attached to the last full block for ~100-160 rows per expert (DeepSeek-V3), 32-row
-# tails for ~220-290 (Qwen3-235B). 64-column gate/up tiles, 256-row blocks and a
-# warp-specialized loop were slower in every case tried.
-PREFILL_UP_CONFIGS = (   # gate/up: two 128-column accumulators (gate and up)
-    Config(128, 128, 64, 8, 4, attach_m=32), Config(128, 128, 64, 8, 3, tail_m=32, tma=True),
-    Config(128, 128, 64, 8, 4, tail_m=32, tma=True),
+# winners of sweeps on one H200 (docs/measurements/2026-12-03-h200x1-expert-prefill.md and
+# 2026-12-04-h200x1-expert-prefill-pairs.md): 32 rows attached to the last full block for
+# ~100-160 rows per expert (DeepSeek-V3), 32-row tails for ~220-290 (Qwen3-235B); gate and up
+# as one 256-column product over the packed w13 (one m64n256 instruction per warpgroup instead
+# of two m64n128 reading the same rows). The gathered pairs (no weight copy) follow each.
+# 64-column gate/up tiles, two programs per SM, 256-row blocks and a warp-specialized loop
+# were slower in every case tried.
+PREFILL_UP_CONFIGS = (   # gate/up: 128 gate and 128 up columns per tile
+    Config(128, 128, 64, 8, 4, attach_m=32, tma=True, pair=2),
+    Config(128, 128, 64, 8, 4, tail_m=32, tma=True, pair=2),
+    Config(128, 128, 64, 8, 4, attach_m=32, pair=1),
+    Config(128, 128, 64, 8, 4, tail_m=32, pair=1),
 )
 PREFILL_DOWN_CONFIGS = (
-    Config(128, 256, 64, 8, 4, attach_m=32), Config(128, 256, 64, 8, 3, tail_m=32),
-    Config(128, 256, 64, 8, 4, tail_m=32),
+    Config(128, 256, 64, 8, 4, attach_m=32, tma=True), Config(128, 256, 64, 8, 4, attach_m=32),
+    Config(128, 256, 64, 8, 4, tail_m=32, tma=True), Config(128, 256, 64, 8, 4, tail_m=32),
+    Config(128, 256, 64, 8, 3, tail_m=32),
 )
 PREFILL_CONFIGS = PREFILL_UP_CONFIGS + PREFILL_DOWN_CONFIGS
 

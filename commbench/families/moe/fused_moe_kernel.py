@@ -18,7 +18,11 @@ import triton.language as tl
 
 @triton.jit
 def _epilogue(acc_a, acc_b, out_ptr, offs_m, mask_m, offs_n, mask_n, stride_om,
-              SWIGLU: tl.constexpr):
+              SWIGLU: tl.constexpr, PAIR: tl.constexpr):
+    if PAIR > 0:
+        # one accumulator with gate and up columns interleaved (2j: gate j, 2j+1: up j): each
+        # thread holds both columns of a pair, so the split moves no data
+        acc_a, acc_b = tl.split(tl.reshape(acc_a, (acc_a.shape[0], acc_a.shape[1] // 2, 2)))
     if SWIGLU:
         # the reference rounds the GEMM output to BF16 before SwiGLU: do the same
         g = acc_a.to(tl.bfloat16).to(tl.float32)
@@ -35,19 +39,25 @@ def _epilogue(acc_a, acc_b, out_ptr, offs_m, mask_m, offs_n, mask_n, stride_om,
 def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
           stride_xm, stride_we, stride_wn, stride_om,
           SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr, EXTRA: tl.constexpr):
+          EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, TMA: tl.constexpr, EXTRA: tl.constexpr,
+          PAIR: tl.constexpr):
     """Rows [row0, row0 + BM) (and, with EXTRA, the next EXTRA rows) of expert e, columns
-    [n0, n0 + BN); rows at or past `end` are computed but not stored."""
+    [n0, n0 + BN); rows at or past `end` are computed but not stored. PAIR (gate/up only):
+    0: gate and up are two products; 1: one product over 2*BN weight rows gathered in pairs
+    (gate j, up j) from w13's [gate; up] layout; 2: the same from a w13 whose rows are already
+    interleaved that way (fused_moe_triton.pack_pairs)."""
     offs_m = row0 + tl.arange(0, BM)
     mask_m = offs_m < end
     offs_n = n0 + tl.arange(0, BN)
     mask_n = offs_n < N
-    acc_a = tl.zeros((BM, BN), dtype=tl.float32)
-    acc_b = tl.zeros((BM, BN), dtype=tl.float32)   # unused (and removed) without SWIGLU
+    WN: tl.constexpr = 2 * BN if PAIR > 0 else BN   # weight rows one product reads
+    TWO: tl.constexpr = SWIGLU and PAIR == 0        # a second (up) product
+    acc_a = tl.zeros((BM, WN), dtype=tl.float32)
+    acc_b = tl.zeros((BM, BN), dtype=tl.float32)   # unused (and removed) unless TWO
     if EXTRA > 0:
         offs_x = row0 + BM + tl.arange(0, EXTRA)
         mask_x = offs_x < end
-        acc_c = tl.zeros((EXTRA, BN), dtype=tl.float32)
+        acc_c = tl.zeros((EXTRA, WN), dtype=tl.float32)
         acc_d = tl.zeros((EXTRA, BN), dtype=tl.float32)
     if TMA:
         # rows past the block belong to the next expert (or lie past the end: zeros); their
@@ -55,11 +65,11 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K], strides=[stride_xm, 1],
                                            block_shape=[BM, BK])
         w_desc = tl.make_tensor_descriptor(w_ptr, shape=[w_rows, K], strides=[stride_wn, 1],
-                                           block_shape=[BN, BK])
+                                           block_shape=[WN, BK])
         if EXTRA > 0:
             c_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K],
                                                strides=[stride_xm, 1], block_shape=[EXTRA, BK])
-        wrow = e * (stride_we // stride_wn) + n0
+        wrow = e * (stride_we // stride_wn) + (2 * n0 if PAIR > 0 else n0)
         for k0 in range(0, K, BK):
             a = x_desc.load([row0, k0])
             wa = w_desc.load([wrow, k0]).T
@@ -67,7 +77,7 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
             if EXTRA > 0:
                 c = c_desc.load([row0 + BM, k0])
                 acc_c = tl.dot(c, wa, acc_c)
-            if SWIGLU:   # up rows sit N rows below the gate rows in w13
+            if TWO:   # up rows sit N rows below the gate rows in w13
                 wb = w_desc.load([wrow + N, k0]).T
                 acc_b = tl.dot(a, wb, acc_b)
                 if EXTRA > 0:
@@ -78,7 +88,18 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
         if EXTRA > 0:
             c_ptrs = x_ptr + offs_x.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
         w_base = w_ptr + e.to(tl.int64) * stride_we
-        wa_ptrs = w_base + offs_n.to(tl.int64)[None, :] * stride_wn + offs_k[:, None]
+        if PAIR == 1:
+            offs_w = tl.arange(0, WN)
+            col = n0 + offs_w // 2
+            wmask = col < N
+            wrows = col + (offs_w % 2) * N
+        elif PAIR == 2:
+            wrows = 2 * n0 + tl.arange(0, WN)
+            wmask = wrows < 2 * N
+        else:
+            wrows = offs_n
+            wmask = mask_n
+        wa_ptrs = w_base + wrows.to(tl.int64)[None, :] * stride_wn + offs_k[:, None]
         wb_ptrs = wa_ptrs + N * stride_wn
         for k0 in range(0, K, BK):
             k_ok = offs_k < K - k0
@@ -89,16 +110,16 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                 if EVEN_N:
                     wa = tl.load(wa_ptrs)
                 else:
-                    wa = tl.load(wa_ptrs, mask=mask_n[None, :], other=0.0)
+                    wa = tl.load(wa_ptrs, mask=wmask[None, :], other=0.0)
             else:
                 a = tl.load(x_ptrs, mask=mask_m[:, None] & k_ok[None, :], other=0.0)
                 if EXTRA > 0:
                     c = tl.load(c_ptrs, mask=mask_x[:, None] & k_ok[None, :], other=0.0)
-                wa = tl.load(wa_ptrs, mask=k_ok[:, None] & mask_n[None, :], other=0.0)
+                wa = tl.load(wa_ptrs, mask=k_ok[:, None] & wmask[None, :], other=0.0)
             acc_a = tl.dot(a, wa, acc_a)
             if EXTRA > 0:
                 acc_c = tl.dot(c, wa, acc_c)
-            if SWIGLU:
+            if TWO:
                 if EVEN_K:
                     if EVEN_N:
                         wb = tl.load(wb_ptrs)
@@ -114,9 +135,9 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
             if EXTRA > 0:
                 c_ptrs += BK
             wa_ptrs += BK
-    _epilogue(acc_a, acc_b, out_ptr, offs_m, mask_m, offs_n, mask_n, stride_om, SWIGLU)
+    _epilogue(acc_a, acc_b, out_ptr, offs_m, mask_m, offs_n, mask_n, stride_om, SWIGLU, PAIR)
     if EXTRA > 0:
-        _epilogue(acc_c, acc_d, out_ptr, offs_x, mask_x, offs_n, mask_n, stride_om, SWIGLU)
+        _epilogue(acc_c, acc_d, out_ptr, offs_x, mask_x, offs_n, mask_n, stride_om, SWIGLU, PAIR)
 
 
 @triton.heuristics({"EVEN_K": lambda a: a["K"] % a["BLOCK_K"] == 0,
@@ -127,7 +148,7 @@ def moe_gemm(x_ptr, w_ptr, out_ptr, blk_expert_ptr, blk_row0_ptr, blk_rows_ptr, 
              stride_xm, stride_we, stride_wn, stride_om,
              SWIGLU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
              BLOCK_K: tl.constexpr, TAIL_M: tl.constexpr, ATTACH_M: tl.constexpr,
-             TMA: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+             TMA: tl.constexpr, PAIR: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     e = tl.load(blk_expert_ptr + pid // num_n)
@@ -150,24 +171,24 @@ def moe_gemm(x_ptr, w_ptr, out_ptr, blk_expert_ptr, blk_row0_ptr, blk_rows_ptr, 
     if size == BLOCK_M:
         _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
               stride_xm, stride_we, stride_wn, stride_om,
-              SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+              SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, PAIR)
     if ATTACH_M > 0:
         if size == BLOCK_M + ATTACH_M:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, ATTACH_M)
+                  SWIGLU, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, ATTACH_M, PAIR)
     if TAIL_M <= BLOCK_M // 2:
         if size == BLOCK_M // 2:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M // 2, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+                  SWIGLU, BLOCK_M // 2, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, PAIR)
     if TAIL_M <= BLOCK_M // 4:
         if size == BLOCK_M // 4:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M // 4, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+                  SWIGLU, BLOCK_M // 4, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, PAIR)
     if TAIL_M <= BLOCK_M // 8:
         if size == BLOCK_M // 8:
             _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                   stride_xm, stride_we, stride_wn, stride_om,
-                  SWIGLU, BLOCK_M // 8, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0)
+                  SWIGLU, BLOCK_M // 8, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, TMA, 0, PAIR)

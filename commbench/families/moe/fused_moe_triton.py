@@ -53,11 +53,19 @@ def _tma_allocator(device_type: str) -> None:
                                                                  device=device_type))
 
 
+def pack_pairs(w13: torch.Tensor) -> torch.Tensor:
+    """w13 [L, 2N, K] ([gate; up] rows per expert) with its rows reordered gate 0, up 0, gate 1,
+    up 1, ...: the layout a ``pair=2`` configuration reads (one copy, made once per weight)."""
+    L, two_n, K = w13.shape
+    return w13.view(L, 2, two_n // 2, K).transpose(1, 2).reshape(L, two_n, K).contiguous()
+
+
 def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
              cfg: Config, blocks: Blocks | None = None) -> torch.Tensor:
     """Grouped x @ w[e]^T per expert group; swiglu: w is w13 [L, 2N, K] and the output is
-    silu(gate) * up [rows, N]; else w is [L, N, K]. ``blocks``: block_map(ends, cfg.block_m,
-    rows, cfg.tail, cfg.attach_m) when the caller has it already."""
+    silu(gate) * up [rows, N]; else w is [L, N, K]. With ``cfg.pair == 2`` w13 must be
+    pack_pairs(w13). ``blocks``: block_map(ends, cfg.block_m, rows, cfg.tail, cfg.attach_m)
+    when the caller has it already."""
     rows, K = x.shape
     L = w.shape[0]
     N = w.shape[1] // 2 if swiglu else w.shape[1]
@@ -74,6 +82,7 @@ def moe_gemm(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, swiglu: bool,
                  L * w.shape[1], x.stride(0), w.stride(0), w.stride(1), out.stride(0),
                  SWIGLU=swiglu, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
                  TAIL_M=cfg.tail, ATTACH_M=cfg.attach_m, TMA=cfg.tma,
+                 PAIR=cfg.pair if swiglu else 0,
                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
@@ -84,14 +93,31 @@ class FusedExperts:
 
     def __init__(self, w13: torch.Tensor, w2: torch.Tensor):
         self.w13, self.w2 = w13, w2
+        self._w13_pairs: torch.Tensor | None = None
         self.chosen: dict[tuple, Config] = {}
         self.tried: list[dict] = []
         self.only: tuple[Config, ...] = ()   # when set: the candidates to try (tests pin one)
+
+    def weights_for(self, cfg: Config) -> torch.Tensor:
+        """The gate/up weight a configuration reads (pair=2: the packed copy, made once)."""
+        if cfg.pair != 2:
+            return self.w13
+        if self._w13_pairs is None:
+            need = self.w13.numel() * self.w13.element_size()
+            if self.w13.is_cuda:
+                free = torch.cuda.mem_get_info(self.w13.device)[0]
+                if free < need * 1.1:
+                    raise MemoryError(f"pair=2 reads a packed copy of w13 ({need / 1e9:.1f} GB); "
+                                      f"{free / 1e9:.1f} GB free")
+            self._w13_pairs = pack_pairs(self.w13)
+        return self._w13_pairs
 
     def _pick(self, which: str, x, w, ends, swiglu: bool) -> Config:
         key = (which, x.shape[0])
         if key not in self.chosen:
             self.chosen[key] = self._tune(which, x, w, ends, swiglu)
+            if swiglu and not any(c.pair == 2 for (g, _), c in self.chosen.items() if g == which):
+                self._w13_pairs = None   # the packed copy only stays for a chosen configuration
         return self.chosen[key]
 
     def _tune(self, which: str, x, w, ends, swiglu: bool) -> Config:
@@ -101,7 +127,8 @@ class FusedExperts:
         verbose = os.environ.get(TUNE_ENV) == "1"
         for cfg in self.only or candidates(x.shape[0], w.shape[0], swiglu):
             try:
-                ms = do_bench(lambda: moe_gemm(x, w, ends, swiglu, cfg), warmup=2, rep=10)
+                wc = self.weights_for(cfg) if swiglu else w
+                ms = do_bench(lambda: moe_gemm(x, wc, ends, swiglu, cfg), warmup=2, rep=10)
             except Exception as exc:  # noqa: BLE001 - a configuration this GPU cannot hold (shared memory)
                 ms, failure = float("inf"), f"{type(exc).__name__}: {str(exc)[:300]}"
                 if verbose:
@@ -120,7 +147,7 @@ class FusedExperts:
     def forward(self, xe: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
         up = self._pick("gate_up", xe, self.w13, ends, True)
         blocks = block_map(ends, up.block_m, xe.shape[0], up.tail, up.attach_m)
-        h = moe_gemm(xe, self.w13, ends, True, up, blocks)
+        h = moe_gemm(xe, self.weights_for(up), ends, True, up, blocks)
         down = self._pick("down", h, self.w2, ends, False)
         same = (down.block_m, down.tail, down.attach_m) == (up.block_m, up.tail, up.attach_m)
         return moe_gemm(h, self.w2, ends, False, down, blocks if same else None)
