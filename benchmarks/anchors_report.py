@@ -141,7 +141,7 @@ def ll_problems(recs: list[dict]) -> list[str]:
 def expert_table(rows: list[dict]) -> list[str]:
     """One line per model x phase x gemm: time, roofline, % of it, the phase's target."""
     lines = ["| model | phase | tokens | gemm | time_us | roofline_us (bound) | % of roofline | target | "
-             "HBM TB/s | TFLOP/s | wrong |", "|" + " --- |" * 11]
+             "HBM TB/s | TFLOP/s | SM MHz | wrong |", "|" + " --- |" * 12]
     for r in rows:
         target = EXPERT_PCT_MIN.get(r.get("phase"))
         mark = "-" if target is None or r.get("pct_of_roofline") is None else (
@@ -149,7 +149,8 @@ def expert_table(rows: list[dict]) -> list[str]:
         lines.append(f"| {r['model']} | {r.get('phase', '-')} | {r.get('tokens')} | {r['gemm']} | "
                      f"{_f(r.get('time_us'))} | {_f(r.get('roofline_us'))} ({r.get('bound', '-')}) | "
                      f"{_f(r.get('pct_of_roofline'))} | >= {_f(target, '{:.0f}')}%: {mark} | "
-                     f"{_f(r.get('hbm_tbps'), '{:.2f}')} | {_f(r.get('tflops'))} | {r.get('wrong')} |")
+                     f"{_f(r.get('hbm_tbps'), '{:.2f}')} | {_f(r.get('tflops'))} | "
+                     f"{r.get('sm_clock_mhz') or '-'} | {r.get('wrong')} |")
     return lines
 
 

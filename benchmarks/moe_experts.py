@@ -18,7 +18,7 @@ from commbench.families.moe.expert_bench import phase_tokens, rows_for
 from commbench.families.moe.presets import MODELS, PHASE_TOKENS
 
 COLUMNS = ("model", "tokens", "pairs", "gemm", "time_us", "single_call_us", "roofline_us", "pct_of_roofline", "bound",
-           "hbm_tbps", "tflops", "wrong")
+           "hbm_tbps", "tflops", "sm_clock_mhz", "wrong")
 
 
 def main(argv=None) -> int:

@@ -56,12 +56,12 @@ __device__ __forceinline__ void put_row(const Transport& tr, int pe, long long o
     tr.put_warp(pe, off, src, bytes, lane);
 }
 
-// kDispatchPlain (the default; peer.py names it first): the per-expert organisation below;
-// staging its routing measured slower on one H200 (deepseek-v3 decode, BF16: 25.2 against 21.1 us).
-// kDispatchFlat (moe_ll_dispatch_flat.cuh): one flat list of (token, k) choices over every warp of
-// the grid, ranked in shared memory, one release per (expert, source) after the last block;
-// measured 0.55-0.76x plain's time at deepseek-v3 decode, but slower on NVSHMEM at two shapes
-// before its no-call instantiation (docs/measurements/2026-12-03-h200x1-moe-ll-dispatch.md).
+// kDispatchPlain: the per-expert organisation below; staging its routing measured slower on one
+// H200 (deepseek-v3 decode, BF16: 25.2 against 21.1 us).
+// kDispatchFlat (the default, peer.py names it first; moe_ll_dispatch_flat.cuh): one flat list of
+// (token, k) choices over every warp of the grid, ranked in shared memory, one release per
+// (expert, source) after the last block; measured 0.55-0.76x plain's time at deepseek-v3 decode,
+// but slower on NVSHMEM at two shapes before its no-call instantiation (docs/measurements/2026-12-03-h200x1-moe-ll-dispatch.md).
 enum DispatchVariant { kDispatchStaged = 0, kDispatchPlain = 1, kDispatchFlat = 2,
                        // timing breakdown only, nothing is released: the flat rows alone
                        kDispatchFlatSendOnly = 3 };

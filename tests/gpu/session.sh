@@ -73,21 +73,26 @@ run() {  # run NAME DEFAULT_SECONDS SUITE [commbench run options...] [-- check_r
 }
 deepep_path() { [ -d /tmp/deepep ] && export PYTHONPATH=$PYTHONPATH:/tmp/deepep; return 0; }
 
+DP=""; DP_T0=0   # the DeepEP build running in the background (its pid), and when it started
 group_build() {
-  local t0=$SECONDS dp=""
+  DP_T0=$SECONDS
   if ! python3 -c "import deep_ep" 2>/dev/null && [ -f "$TP/deepep-v1.2.1.tar.gz" ]; then
     ( tar xzf "$TP/deepep-v1.2.1.tar.gz" -C /tmp && cd /tmp/DeepEP-1.2.1 \
       && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 CPATH=/usr/local/cuda/include/cccl \
          NVCC_APPEND_FLAGS=-I/usr/local/cuda/include/cccl \
          timeout "$(limit deepep 200)" python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/deepep . ) \
       > "$OUT/deepep-build.log" 2>&1 &
-    dp=$!
+    DP=$!
   fi
   cmd prebuild 240 python3 tests/gpu/prebuild.py
-  if [ -n "$dp" ]; then
-    wait "$dp"; echo "== deepep build: rc=$? in $((SECONDS - t0)) s (beside prebuild)" >> "$S"
+}
+deepep_wait() {   # the first step that may use DeepEP waits for its build (the steps before it run beside it)
+  [ "$DP_T0" -gt 0 ] || return 0
+  if [ -n "$DP" ]; then
+    wait "$DP"; echo "== deepep build: rc=$? in $((SECONDS - DP_T0)) s (beside prebuild and the first tests)" >> "$S"
     tail -n 3 "$OUT/deepep-build.log" >> "$S"
   fi
+  DP_T0=0
   deepep_path
   python3 -c "import deep_ep; print('deep_ep importable')" >> "$S" 2>&1 || {
     echo "DeepEP not importable: its rows skip" >> "$S"
@@ -98,6 +103,7 @@ group_build() {
 group_tests() {
   cmd pytest-nvshmem 90 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_nvshmem_gpu.py
   PROXY_GPU_OUT="$OUT/proxy_gpu.jsonl" cmd pytest-proxy 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_proxy_gpu.py
+  deepep_wait
   cmd moe-np2 90 "${MPI[@]}" -np 2 python3 tests/gpu/test_moe_gpu.py "$OUT/moe_np2.jsonl"
 }
 group_tests_all() {
@@ -232,7 +238,11 @@ T0=$SECONDS
   echo "groups: ${groups[*]}; GPUs: $GPUS"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvidia-smi topo -m; } >> "$S" 2>&1
 timeout 60 python3 -m commbench info --json > "$OUT/info.json" 2>&1
-for g in "${groups[@]}"; do "group_${g//-/_}"; done
+for g in "${groups[@]}"; do
+  case $g in build|tests) ;; *) deepep_wait ;; esac   # every other group may use DeepEP
+  "group_${g//-/_}"
+done
+deepep_wait
 if ls -d "$R"/*/ >/dev/null 2>&1; then
   timeout 90 python3 -m commbench report $(ls -d "$R"/*/) --out "$R/report.html" >> "$S" 2>&1
   tar czf "$OUT/runs.tgz" -C "$(dirname "$R")" "$(basename "$R")"

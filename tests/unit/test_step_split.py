@@ -69,7 +69,11 @@ GOOD = {"step_us": 100.0, "compute_us": 70.0, "comm_us": 40.0, "exposed_comm_us"
     ({"exposed_comm_us": -5.0, "idle_us": 35.0}, "exposed_comm_us -5.0 < 0"),
 ])
 def test_the_runner_marks_a_row_that_breaks_an_invariant_wrong(change, says):
-    row = dict(GOOD)
+    _ok_then_wrong(dict(GOOD), change, says)
+
+
+def _ok_then_wrong(row: dict, change: dict, says: str) -> None:
+    """The runner passes ``row`` as it is and marks it wrong, saying ``says``, after ``change``."""
     runner.apply_split_invariants(row)
     assert row["status"] == "ok"
     row.update(change)
@@ -171,12 +175,8 @@ def test_the_critical_paths_shares_sum_to_100_and_the_slowest_rank_carries_them(
      "compute_share_pct 110.0 outside"),
 ])
 def test_shares_that_do_not_add_up_make_the_row_wrong(change, says):
-    row = {**GOOD, "compute_share_pct": 70.0, "exposed_share_pct": 20.0, "idle_share_pct": 10.0}
-    runner.apply_split_invariants(row)
-    assert row["status"] == "ok"
-    row.update(change)
-    runner.apply_split_invariants(row)
-    assert row["status"] == "wrong" and says in row["reason"], row["reason"]
+    _ok_then_wrong({**GOOD, "compute_share_pct": 70.0, "exposed_share_pct": 20.0,
+                    "idle_share_pct": 10.0}, change, says)
 
 
 def test_a_profiled_batch_is_capped():

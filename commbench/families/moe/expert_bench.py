@@ -43,10 +43,11 @@ def reference(experts: LocalExperts, xe: torch.Tensor, counts: list[int]) -> tor
     return out
 
 
-def time_us(fn, iters: int, warmup: int = 2) -> tuple[float, float]:
+def time_us(fn, iters: int, warmup: int = 2, during=None) -> tuple[float, float]:
     """(mean per call over `iters` calls enqueued back to back, median of calls timed one by one)
     from CUDA events. Back to back, the host enqueues a call while the previous one runs, as in a
-    model's forward; one by one, each time also holds the host's launch of its first kernel."""
+    model's forward; one by one, each time also holds the host's launch of its first kernel.
+    ``during``: called once after the back-to-back calls are enqueued, while they run."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -54,6 +55,8 @@ def time_us(fn, iters: int, warmup: int = 2) -> tuple[float, float]:
     a.record()
     for _ in range(iters):
         fn()
+    if during is not None:
+        during()
     b.record()
     b.synchronize()
     batched = a.elapsed_time(b) * 1e3 / iters
@@ -65,6 +68,15 @@ def time_us(fn, iters: int, warmup: int = 2) -> tuple[float, float]:
         b.synchronize()
         single.append(a.elapsed_time(b) * 1e3)
     return batched, statistics.median(single)
+
+
+def sm_clock_mhz(device="cuda") -> int | None:
+    """The GPU's SM clock now (NVML through torch), or None where it cannot be read. A
+    compute-bound kernel's time follows it: a GPU held at 1.7 GHz instead of 1.98 is ~14% slower."""
+    try:
+        return int(torch.cuda.clock_rate(torch.device(device)))
+    except Exception:  # noqa: BLE001 - no NVML binding, or a device NVML does not list
+        return None
 
 
 def rows_for(model: str, tokens: int, gemms, device="cuda", iters: int = 10) -> list[dict]:
@@ -90,14 +102,16 @@ def rows_for(model: str, tokens: int, gemms, device="cuda", iters: int = 10) -> 
         torch.cuda.synchronize()
         err = token_errors(got, want)
         wrong = int((~(err <= BF16_TOKEN_RTOL)).sum())
-        t, single = time_us(lambda e=experts, x=xe: e.forward(x, ends), iters)
+        clock: list = []
+        t, single = time_us(lambda e=experts, x=xe: e.forward(x, ends), iters,
+                            during=lambda: clock.append(sm_clock_mhz(device)))
         rows.append({"model": model, "tokens": tokens, "pairs": pairs, "gemm": gemm,
                      "time_us": round(t, 1), "single_call_us": round(single, 1),
                      "roofline_us": round(bound.roofline_us, 1),
                      "pct_of_roofline": round(bound.pct_of(t), 1), "bound": bound.bound,
                      "hbm_tbps": round(bound.bytes / t / 1e6, 2),
                      "tflops": round(bound.flops / t / 1e6, 1), "wrong": wrong,
-                     "max_row_err": float(err.max()), "gpu": gpu,
+                     "max_row_err": float(err.max()), "gpu": gpu, "sm_clock_mhz": clock[0],
                      "tuned": _tuned(experts) if gemm == "fused" else {}})
     del experts, want, xe
     torch.cuda.empty_cache()

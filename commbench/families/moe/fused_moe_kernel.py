@@ -36,6 +36,19 @@ def _epilogue(acc_a, acc_b, out_ptr, offs_m, mask_m, offs_n, mask_n, stride_om,
 
 
 @triton.jit
+def _load_w(ptrs, k_ok, wmask, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """A [BK, columns] weight tile, masked only where K or N does not divide evenly."""
+    if EVEN_K:
+        if EVEN_N:
+            w = tl.load(ptrs)
+        else:
+            w = tl.load(ptrs, mask=wmask[None, :], other=0.0)
+    else:
+        w = tl.load(ptrs, mask=k_ok[:, None] & wmask[None, :], other=0.0)
+    return w
+
+
+@triton.jit
 def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
           stride_xm, stride_we, stride_wn, stride_om,
           SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -107,26 +120,16 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
                 a = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
                 if EXTRA > 0:
                     c = tl.load(c_ptrs, mask=mask_x[:, None], other=0.0)
-                if EVEN_N:
-                    wa = tl.load(wa_ptrs)
-                else:
-                    wa = tl.load(wa_ptrs, mask=wmask[None, :], other=0.0)
             else:
                 a = tl.load(x_ptrs, mask=mask_m[:, None] & k_ok[None, :], other=0.0)
                 if EXTRA > 0:
                     c = tl.load(c_ptrs, mask=mask_x[:, None] & k_ok[None, :], other=0.0)
-                wa = tl.load(wa_ptrs, mask=k_ok[:, None] & wmask[None, :], other=0.0)
+            wa = _load_w(wa_ptrs, k_ok, wmask, EVEN_K, EVEN_N)
             acc_a = tl.dot(a, wa, acc_a)
             if EXTRA > 0:
                 acc_c = tl.dot(c, wa, acc_c)
             if TWO:
-                if EVEN_K:
-                    if EVEN_N:
-                        wb = tl.load(wb_ptrs)
-                    else:
-                        wb = tl.load(wb_ptrs, mask=mask_n[None, :], other=0.0)
-                else:
-                    wb = tl.load(wb_ptrs, mask=k_ok[:, None] & mask_n[None, :], other=0.0)
+                wb = _load_w(wb_ptrs, k_ok, mask_n, EVEN_K, EVEN_N)
                 acc_b = tl.dot(a, wb, acc_b)
                 if EXTRA > 0:
                     acc_d = tl.dot(c, wb, acc_d)
