@@ -62,7 +62,7 @@ MID_CONFIGS = (
 )
 # Prefill: hundreds of rows per expert, 128-row tensor-core tiles with two warpgroups. The
 # winners of sweeps on one H200 (docs/measurements/2026-12-03-h200x1-expert-prefill.md and
-# 2026-12-04-h200x1-expert-prefill-pairs.md): 32 rows attached to the last full block for
+# 2026-12-03-h200x1-expert-prefill-pairs.md): 32 rows attached to the last full block for
 # ~100-160 rows per expert (DeepSeek-V3), 32-row tails for ~220-290 (Qwen3-235B); gate and up
 # as one 256-column product over the packed w13 (one m64n256 instruction per warpgroup instead
 # of two m64n128 reading the same rows). The gathered pairs (no weight copy) follow each.
