@@ -73,9 +73,9 @@ run() {  # run NAME DEFAULT_SECONDS SUITE [commbench run options...] [-- check_r
 }
 deepep_path() { [ -d /tmp/deepep ] && export PYTHONPATH=$PYTHONPATH:/tmp/deepep; return 0; }
 
-DP=""; DP_T0=0   # the DeepEP build running in the background (its pid), and when it started
+DP=""; DP_T0=0; DP_PENDING=0   # the DeepEP build in the background: its pid, start, not yet waited for
 group_build() {
-  DP_T0=$SECONDS
+  DP_T0=$SECONDS; DP_PENDING=1
   if ! python3 -c "import deep_ep" 2>/dev/null && [ -f "$TP/deepep-v1.2.1.tar.gz" ]; then
     ( tar xzf "$TP/deepep-v1.2.1.tar.gz" -C /tmp && cd /tmp/DeepEP-1.2.1 \
       && TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=8 CPATH=/usr/local/cuda/include/cccl \
@@ -87,12 +87,13 @@ group_build() {
   cmd prebuild 240 python3 tests/gpu/prebuild.py
 }
 deepep_wait() {   # the first step that may use DeepEP waits for its build (the steps before it run beside it)
-  [ "$DP_T0" -gt 0 ] || return 0
+  deepep_path
+  [ "$DP_PENDING" -eq 1 ] || return 0
   if [ -n "$DP" ]; then
-    wait "$DP"; echo "== deepep build: rc=$? in $((SECONDS - DP_T0)) s (beside prebuild and the first tests)" >> "$S"
+    wait "$DP"; echo "== deepep build: rc=$? in $((SECONDS - DP_T0)) s (beside the steps before this one)" >> "$S"
     tail -n 3 "$OUT/deepep-build.log" >> "$S"
   fi
-  DP_T0=0
+  DP=""; DP_PENDING=0
   deepep_path
   python3 -c "import deep_ep; print('deep_ep importable')" >> "$S" 2>&1 || {
     echo "DeepEP not importable: its rows skip" >> "$S"

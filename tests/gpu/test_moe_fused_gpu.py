@@ -63,7 +63,9 @@ def test_fused_matches_the_reference(counts, cfg):
                                  fused.Config(128, 128, 64, 8, 3, tail_m=32, tma=True, pair=2)])
 def test_paired_gate_up_with_a_partial_column_tile(cfg):
     # 320 columns: the last 128-column tile is partly past N (its pairs masked, or read past
-    # the expert's rows and never stored)
+    # the expert's rows and never stored). This checks the split and the edge tile's results;
+    # a mask left out would read out of bounds without changing them (compute-sanitizer's
+    # memcheck would see it, this test would not)
     experts, xe, ends = _setup(PREFILL_ROWS, inter=320, cfg=cfg)
     err = token_errors(experts.forward(xe, ends), reference(experts, xe, PREFILL_ROWS))
     assert float(err.max()) <= BF16_TOKEN_RTOL

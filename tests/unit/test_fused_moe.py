@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import numpy as np
 import pytest
 import torch
 
@@ -95,6 +94,15 @@ def test_available_says_why_not_here():
 
 INTERPRETED = """
 import torch
+import triton.runtime.interpreter as interp
+if hasattr(interp, "_patch_lang_tensor"):
+    # Triton 3.6's interpreter turns a scalar into int with int(array of one element), which
+    # numpy >= 2.4 refuses: read the element instead
+    _patch = interp._patch_lang_tensor
+    def _patch_index(tensor, scope):
+        _patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    interp._patch_lang_tensor = _patch_index
 _empty = torch.empty
 def _nan_empty(*args, **kwargs):   # a row the kernel never writes must not pass for a result
     out = _empty(*args, **kwargs)
@@ -127,7 +135,10 @@ for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2, tail_
             fused.Config(16, 16, 32, 4, 2, attach_m=16), fused.Config(16, 16, 32, 4, 2, pair=1),
             fused.Config(32, 16, 16, 4, 2, tail_m=16, attach_m=16, pair=1),
             fused.Config(32, 16, 32, 4, 2, tail_m=16, attach_m=16, pair=2),
-            fused.Config(64, 16, 32, 4, 2, tail_m=16, tma=True, pair=2)):
+            fused.Config(64, 16, 32, 4, 2, tail_m=16, tma=True, pair=2),
+            # 32 columns over I = 48: the second column tile is half past N (masks used)
+            fused.Config(16, 32, 32, 4, 2, pair=1),
+            fused.Config(32, 32, 32, 4, 2, tail_m=16, attach_m=16, tma=True, pair=2)):
     w = fused.pack_pairs(w13) if cfg.pair == 2 else w13
     h = fused.moe_gemm(x.half(), w.half(), ends, True, cfg)
     got = fused.moe_gemm(h.half(), w2.half(), ends, False, cfg)
@@ -136,8 +147,6 @@ for cfg in (fused.Config(16, 16, 32, 4, 2), fused.Config(32, 32, 16, 4, 2, tail_
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed here (the GPU machine has it)")
-@pytest.mark.skipif(tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 4),
-                    reason="Triton 3.6's interpreter casts 1-element arrays to int, which numpy >= 2.4 refuses")
 def test_kernel_matches_the_reference_in_the_interpreter():
     # Triton's CPU interpreter (a fresh process: it must be on before Triton is imported) has no
     # bfloat16 arithmetic: run the kernel in FP16 (weights and inputs are exact in both) and
@@ -151,7 +160,7 @@ def test_kernel_matches_the_reference_in_the_interpreter():
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     errors = [float(line.split()[1]) for line in done.stdout.splitlines()]
-    assert len(errors) == 9 and max(errors) < 3e-2, done.stdout
+    assert len(errors) == 11 and max(errors) < 3e-2, done.stdout
 
 
 def test_layer_columns_sum_the_micro_batches(monkeypatch):

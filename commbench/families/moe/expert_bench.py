@@ -47,7 +47,8 @@ def time_us(fn, iters: int, warmup: int = 2, during=None) -> tuple[float, float]
     """(mean per call over `iters` calls enqueued back to back, median of calls timed one by one)
     from CUDA events. Back to back, the host enqueues a call while the previous one runs, as in a
     model's forward; one by one, each time also holds the host's launch of its first kernel.
-    ``during``: called once after the back-to-back calls are enqueued, while they run."""
+    ``during``: called once after the back-to-back calls (and the end event) are enqueued,
+    while they run."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -55,9 +56,9 @@ def time_us(fn, iters: int, warmup: int = 2, during=None) -> tuple[float, float]
     a.record()
     for _ in range(iters):
         fn()
-    if during is not None:
-        during()
     b.record()
+    if during is not None:   # after the end event is queued: its host time is not in the window
+        during()
     b.synchronize()
     batched = a.elapsed_time(b) * 1e3 / iters
     single = []
@@ -103,6 +104,7 @@ def rows_for(model: str, tokens: int, gemms, device="cuda", iters: int = 10) -> 
         err = token_errors(got, want)
         wrong = int((~(err <= BF16_TOKEN_RTOL)).sum())
         clock: list = []
+        sm_clock_mhz(device)   # NVML's start-up happens here, not while the calls run
         t, single = time_us(lambda e=experts, x=xe: e.forward(x, ends), iters,
                             during=lambda: clock.append(sm_clock_mhz(device)))
         rows.append({"model": model, "tokens": tokens, "pairs": pairs, "gemm": gemm,

@@ -29,6 +29,9 @@ class Config:
             raise ValueError(f"pair must be 0, 1 or 2, not {self.pair}")
         if self.pair == 1 and self.tma:
             raise ValueError("pair=1 gathers weight rows with pointer loads: not with TMA")
+        if self.pair == 2 and self.tma and 2 * self.block_n > 256:
+            raise ValueError(f"pair=2 with TMA loads 2*BLOCK_N = {2 * self.block_n} weight rows "
+                             "per tile; a TMA box holds at most 256")
 
     @property
     def tail(self) -> int:

@@ -63,6 +63,7 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
     mask_m = offs_m < end
     offs_n = n0 + tl.arange(0, BN)
     mask_n = offs_n < N
+    tl.static_assert(PAIR == 0 or SWIGLU, "pairs are gate and up rows: the gate/up GEMM only")
     WN: tl.constexpr = 2 * BN if PAIR > 0 else BN   # weight rows one product reads
     TWO: tl.constexpr = SWIGLU and PAIR == 0        # a second (up) product
     acc_a = tl.zeros((BM, WN), dtype=tl.float32)
@@ -74,7 +75,8 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
         acc_d = tl.zeros((EXTRA, BN), dtype=tl.float32)
     if TMA:
         # rows past the block belong to the next expert (or lie past the end: zeros); their
-        # outputs are masked at the store. Columns past N (gate) read up rows: masked too.
+        # outputs are masked at the store. Columns past N read rows that are not this tile's
+        # (up rows; with pair=2 the next expert's, or zeros past the end): never stored either.
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K], strides=[stride_xm, 1],
                                            block_shape=[BM, BK])
         w_desc = tl.make_tensor_descriptor(w_ptr, shape=[w_rows, K], strides=[stride_wn, 1],

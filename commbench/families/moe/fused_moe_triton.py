@@ -94,6 +94,7 @@ class FusedExperts:
     def __init__(self, w13: torch.Tensor, w2: torch.Tensor):
         self.w13, self.w2 = w13, w2
         self._w13_pairs: torch.Tensor | None = None
+        self._w13_version = -1   # w13's version counter when the packed copy was made
         self.chosen: dict[tuple, Config] = {}
         self.tried: list[dict] = []
         self.only: tuple[Config, ...] = ()   # when set: the candidates to try (tests pin one)
@@ -102,14 +103,19 @@ class FusedExperts:
         """The gate/up weight a configuration reads (pair=2: the packed copy, made once)."""
         if cfg.pair != 2:
             return self.w13
+        if self._w13_pairs is not None and self._w13_version != self.w13._version:
+            self._w13_pairs = None   # w13 was written since (a test breaking a layer, say): repack
         if self._w13_pairs is None:
             need = self.w13.numel() * self.w13.element_size()
             if self.w13.is_cuda:
-                free = torch.cuda.mem_get_info(self.w13.device)[0]
+                free = (torch.cuda.mem_get_info(self.w13.device)[0]   # + what torch's cache holds
+                        + torch.cuda.memory_reserved(self.w13.device)
+                        - torch.cuda.memory_allocated(self.w13.device))
                 if free < need * 1.1:
                     raise MemoryError(f"pair=2 reads a packed copy of w13 ({need / 1e9:.1f} GB); "
                                       f"{free / 1e9:.1f} GB free")
             self._w13_pairs = pack_pairs(self.w13)
+            self._w13_version = self.w13._version
         return self._w13_pairs
 
     def _pick(self, which: str, x, w, ends, swiglu: bool) -> Config:
