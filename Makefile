@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml
 		|| $(BIN)/pip install -q "$(TORCH_FALLBACK)"
 	# NVSHMEM headers and device libraries (no GPU needed) so CI compiles the NVSHMEM kernels for sm_90
 	$(BIN)/pip install -q "nvidia-nvshmem-cu13==3.4.5" || echo "nvidia-nvshmem-cu13 unavailable: NVSHMEM compile tests will skip"
+	# Triton: its CPU interpreter runs our fused MoE kernel in the unit tests (no GPU needed)
+	$(BIN)/pip install -q "triton==3.6.0" || echo "triton unavailable: the fused kernel's interpreter test will skip"
 	# torch is there already, so the torch extra downloads nothing more
 	$(BIN)/pip install -q -e '.[torch,mpi,test]'
 	touch $(STAMP)
