@@ -79,9 +79,10 @@ def typical_iteration_of(run_dir: Path, case_id: str) -> Iteration | None:
     return Iteration(case_id, it, sel, lo, hi, kernels)
 
 
-def shown_cases(run) -> list[str]:
-    """The Cases of a run (runfolder.reader.Run) whose timelines are worth showing."""
-    return select_cases(run.results, timeline_files.load_timeline(run.path))
+def shown_cases(run, warn=None) -> list[str]:
+    """The Cases of a run (runfolder.reader.Run) whose timelines are worth showing; ``warn`` hears
+    of a cut last line of timeline.csv (left out)."""
+    return select_cases(run.results, timeline_files.load_timeline(run.path, warn))
 
 
 def trace_links(run) -> list[tuple[str, str, str]]:

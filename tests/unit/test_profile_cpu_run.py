@@ -126,6 +126,20 @@ def test_report_shows_rank_timelines_and_links_traces(run_dir):
     assert "traces/chrome/" in md_path.read_text()
 
 
+def test_report_says_when_a_cut_timeline_line_was_left_out(run_dir, tmp_path):
+    import shutil
+
+    from commbench.analysis.report.build import write_report
+
+    cut = tmp_path / "cut"
+    shutil.copytree(run_dir, cut)
+    path = cut / "timeline.csv"
+    path.write_bytes(path.read_bytes()[:-7])   # a rank killed while it appended its last row
+    html_path, _ = write_report([cut], tmp_path / "report.html")
+    text = html_path.read_text()
+    assert "Rank timelines" in text and "the last line has no line end" in text
+
+
 def test_accept_names_the_late_rank(run_dir):
     res = CliRunner().invoke(cli, ["accept", str(run_dir), "--junit", str(run_dir / "j.xml")])
     assert res.exit_code == 1, res.output

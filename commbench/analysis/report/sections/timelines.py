@@ -41,11 +41,13 @@ def iteration_figure(run_dir: Path, case_id: str, row: dict | None = None):
     return fig
 
 
-def _shown(report) -> list[tuple]:
-    """(run, Case ids to draw, trace links) of each run with per-rank data."""
+def _shown(report, notes: list | None = None) -> list[tuple]:
+    """(run, Case ids to draw, trace links) of each run with per-rank data; ``notes`` gets what
+    was left out of a damaged timeline.csv."""
     out = []
     for run in report.runs:
-        ids, traces = timeline.shown_cases(run), timeline.trace_links(run)
+        ids = timeline.shown_cases(run, notes.append if notes is not None else None)
+        traces = timeline.trace_links(run)
         if ids or traces:
             out.append((run, ids, traces))
     return out
@@ -63,7 +65,11 @@ def add(doc, report) -> None:
              "over MPI; docs/profiling.md). Red: the rank that started last. Columns skew_us and "
              "late_rank summarise every iteration. `commbench trace RUN --case ID` writes the whole "
              "Case as a Chrome trace.")
-    for run, ids, traces in _shown(report):
+    notes: list[str] = []
+    shown = _shown(report, notes)
+    for note in dict.fromkeys(notes):
+        sec.text(f"Left out: {note}")
+    for run, ids, traces in shown:
         sub = sec.sub(run.label) if many else sec
         by_id = rows_by_case(run)
         for cid in ids:
