@@ -56,6 +56,29 @@ def test_points_above_the_target_are_bold_and_fail(runs, tmp_path):
     assert "| all_reduce | False | 512MiB | 257.55 | 257.55 | 1.000 |" in md
 
 
+def test_points_no_tool_timed_work_in_are_shown_but_not_held(runs, tmp_path):
+    base, slow = runs
+    tiny = tmp_path / "tiny"
+    import shutil
+
+    shutil.copytree(slow, tiny)
+    df = pd.read_csv(tiny / "results.csv")
+    df["time_us"] = 0.03   # timer resolution: no work timed
+    floor = tmp_path / "floor"
+    shutil.copytree(tiny, floor)
+    df.to_csv(floor / "results.csv", index=False)
+    df.loc[df["op"] == "sendrecv", "time_us"] = 0.045   # 1.5x, still under the floor
+    df.to_csv(tiny / "results.csv", index=False)
+    mod = _table_module()
+    # both sides under the floor: shown, not held; with no floor the same points fail
+    assert mod.main([str(floor), str(tiny), "--out", str(tmp_path / "a.md")]) == 0
+    assert "(under 0.1 us)" in (tmp_path / "a.md").read_text()
+    assert mod.main([str(floor), str(tiny), "--out", str(tmp_path / "b.md"), "--floor-us", "0"]) == 1
+    # one side above the floor: held to the target as before
+    assert mod.main([str(base), str(tiny), "--out", str(tmp_path / "c.md")]) == 0   # tiny is faster
+    assert mod.main([str(tiny), str(base), "--out", str(tmp_path / "d.md")]) == 1
+
+
 def test_parity_suite_matches_the_nccl_tests_sweep():
     cases = load_suite(ROOT / "suites" / "parity.yaml", gpu_count=8).cases
     sizes = sorted({c.size_bytes for c in cases})
