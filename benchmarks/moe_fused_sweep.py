@@ -22,7 +22,7 @@ from commbench.families.moe.expert_roofline import device_limits, expert_rooflin
 from commbench.families.moe.experts import LocalExperts
 from commbench.families.moe.fused_moe_blocks import expert_blocks
 from commbench.families.moe.fused_moe_config import Config
-from commbench.families.moe.fused_moe_triton import FusedExperts, moe_gemm
+from commbench.families.moe.fused_moe_triton import FusedExperts, moe_gemm, pack_pairs
 from commbench.families.moe.layer_ref import BF16_TOKEN_RTOL, token_errors
 from commbench.families.moe.presets import PHASE_TOKENS
 from commbench.families.moe.reference import make_tokens
@@ -35,8 +35,7 @@ def _pair(up: Config, down: Config = Config(128, 256, 64, 8, 3), **kw) -> tuple[
     return replace(up, **kw), replace(down, **kw)
 
 
-UP, UP64 = Config(128, 128, 64, 8, 3), Config(128, 64, 64, 8, 3)
-DOWN128 = Config(128, 128, 64, 8, 3)
+UP = Config(128, 128, 64, 8, 3)
 T32 = {"tail_m": 32}
 PP = {"pair": 2, "tma": True}
 PREFILL_VARIANTS = (   # most telling first: the budget may cut the end of the list
@@ -96,7 +95,7 @@ def _print(row):
     print("\t".join(str(row.get(c, "")) for c in COLUMNS), flush=True)
 
 
-def _triton_dense(model, pairs, H, I, peak):
+def _triton_dense(model, pairs, H, I):
     """Our kernel on one expert holding every row: the Triton loop's rate with no grouping."""
     x = make_tokens(0, pairs, H, "cuda")
     w13 = (torch.randn(1, 2 * I, H, device="cuda") / 8).to(torch.bfloat16)
@@ -107,7 +106,6 @@ def _triton_dense(model, pairs, H, I, peak):
                      (Config(128, 128, 64, 8, 4, pair=1), Config(128, 256, 64, 8, 4)),
                      (Config(128, 128, 64, 8, 4, pair=2, tma=True), Config(128, 128, 64, 8, 3))):
         try:
-            from commbench.families.moe.fused_moe_triton import pack_pairs
             w = pack_pairs(w13) if up.pair == 2 else w13
             up_us = _event_us(lambda: moe_gemm(x, w, ends, True, up), 10)
             down_us = _event_us(lambda: moe_gemm(h, w2, ends, False, down), 10)
@@ -175,7 +173,7 @@ def sweep(model: str, deadline: float, only=None) -> None:
             print(f"# {model} prefill torch._grouped_mm: {t:.0f} us, {bound.pct_of(t):.1f}% of "
                   f"roofline, {bound.flops / t / 1e6:.0f} TFLOP/s", flush=True)
             _dense_ceiling(model, pairs, H, I, peak)
-            _triton_dense(model, pairs, H, I, peak)
+            _triton_dense(model, pairs, H, I)
         del xe, want
     del experts
     torch.cuda.empty_cache()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -59,8 +60,6 @@ def test_points_above_the_target_are_bold_and_fail(runs, tmp_path):
 def test_points_no_tool_timed_work_in_are_shown_but_not_held(runs, tmp_path):
     base, slow = runs
     tiny = tmp_path / "tiny"
-    import shutil
-
     shutil.copytree(slow, tiny)
     df = pd.read_csv(tiny / "results.csv")
     df["time_us"] = 0.03   # timer resolution: no work timed
