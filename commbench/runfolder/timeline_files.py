@@ -27,6 +27,7 @@ from typing import Callable
 
 from ..errors import RunFolderError, preview
 from . import check, files
+from .writers_lock import one_writer, shared_from_env
 
 TIMELINE = "timeline.csv"
 CASES = "traces/cases.jsonl"
@@ -58,24 +59,29 @@ def _drop_cut_line(run_dir: Path, rel: str) -> None:
     files.truncate(run_dir, rel, data.rfind(b"\n") + 1)
 
 
-def append_timeline(run_dir: Path, rows: list[dict]) -> None:
+def append_timeline(run_dir: Path, rows: list[dict], shared: bool | None = None) -> None:
+    """Append ``rows`` (the header first when the file is new). The launches of a wave append to
+    one folder at once: the look at the file and the write are one step under the folder's
+    writers lock (two first appenders would each write a header)."""
     if not rows:
         return
-    _drop_cut_line(run_dir, TIMELINE)
-    st = files.lstat(run_dir, TIMELINE)
-    buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=TIMELINE_COLUMNS, extrasaction="ignore")
-    if st is None or st.st_size == 0:
-        w.writeheader()
-    w.writerows(rows)
-    files.append(run_dir, TIMELINE, buf.getvalue().encode())
+    with one_writer(run_dir, shared_from_env() if shared is None else shared):
+        _drop_cut_line(run_dir, TIMELINE)
+        st = files.lstat(run_dir, TIMELINE)
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=TIMELINE_COLUMNS, extrasaction="ignore")
+        if st is None or st.st_size == 0:
+            w.writeheader()
+        w.writerows(rows)
+        files.append(run_dir, TIMELINE, buf.getvalue().encode())
 
 
-def append_case_line(run_dir: Path, line: dict) -> None:
+def append_case_line(run_dir: Path, line: dict, shared: bool | None = None) -> None:
     with files.storage(Path(run_dir) / CASES):
         files.make_dirs(run_dir, "traces")
-    _drop_cut_line(run_dir, CASES)
-    files.append(run_dir, CASES, (json.dumps(line) + "\n").encode())
+    with one_writer(run_dir, shared_from_env() if shared is None else shared):
+        _drop_cut_line(run_dir, CASES)
+        files.append(run_dir, CASES, (json.dumps(line) + "\n").encode())
 
 
 Warn = Callable[[str], None]
@@ -90,7 +96,7 @@ def load_timeline(run_dir: Path, warn: Warn | None = None):
     path = Path(run_dir) / TIMELINE
     if files.lstat(run_dir, TIMELINE) is None:
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
-    text = _whole_lines(path, _read(path), warn)
+    text = _repeated_headers_out(path, _whole_lines(path, _read(path), warn), warn)
     if not text.strip():   # only a cut header was written
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
     lines = check.scan_csv(path, text, ("case_id", "rank", "iteration", "start_us", "end_us"))
@@ -151,6 +157,33 @@ def _whole_lines(path: Path, text: str, warn: Warn | None) -> str:
         warn(f"{path}:{text.count(chr(10)) + 1}: the last line has no line end (the file was cut while it was "
              "written, a rank killed mid-write, say): that line is left out, the rest is used")
     return text[:text.rfind("\n") + 1]
+
+
+def _repeated_headers_out(path: Path, text: str, warn: Warn | None) -> str:
+    """``text`` without copies of its header line further down. Launches of a wave that appended
+    at once, before their appends were serialised, could each write the header to a new file:
+    the rows around such a copy are whole, so the copy is left out (``warn`` is told) rather than
+    the file refused. Blank lines keep their place, so line numbers stay the file's."""
+    first_end = text.find("\n")
+    if first_end < 0:
+        return text
+    header, rest = text[:first_end + 1], text[first_end + 1:]
+    names = header.rstrip("\r\n")
+    if names not in rest:
+        return text
+    kept, dropped = [header], []
+    for lineno, line in enumerate(rest.splitlines(keepends=True), start=2):
+        if line.rstrip("\r\n") == names:
+            dropped.append(lineno)
+            kept.append("\n")
+        else:
+            kept.append(line)
+    if not dropped:
+        return text
+    if warn is not None:
+        warn(f"{path}: the header line is repeated at line(s) {', '.join(map(str, dropped[:5]))}"
+             f"{' ...' if len(dropped) > 5 else ''} (appenders that ran at once): left out, the rows are used")
+    return "".join(kept)
 
 
 def _read(path: Path) -> str:

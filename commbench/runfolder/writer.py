@@ -12,11 +12,9 @@ samples that are not there (a Case's samples are written before its row).
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import RunFolderError
@@ -29,6 +27,7 @@ from .names import folder_name_part, new_run_dir, utc_stamp  # noqa: F401 (calle
 from .check import read_meta_text
 from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
+from .writers_lock import SHARED_VAR, one_writer as _writers  # noqa: F401 (callers import SHARED_VAR here)
 from .recognise import recognise_for_resume, redact_meta
 from .samples_kept import SampleKeeper, StampedCases
 from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA_VERSION
@@ -37,7 +36,6 @@ from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA
 STORAGE_FULL_EXIT = 75
 # Set to 1 by the launch for the ranks of a wave whose launches run at the same time: their rank 0s
 # share the folder, so each append takes the writers' lock (a launch alone writes it by itself).
-SHARED_VAR = "COMMBENCH_SHARED_FOLDER"
 
 
 class RunFolderExists(FileExistsError):
@@ -319,30 +317,6 @@ def _rewrite_with_columns(path: Path, columns: list[str]) -> None:
     w.writeheader()
     w.writerows(rows)
     atomic_write(path, buf.getvalue().encode())
-
-
-@contextmanager
-def _writers(folder: Path, shared: bool):
-    """One writer at a time across processes (the launches of a wave each have a rank 0 that
-    stores rows): an flock on the folder's logs/ directory (the folder's own directory carries
-    the run's lock), taken only when the folder is ``shared``. Where flock is unsupported, writers
-    go unserialised as before."""
-    if not shared:
-        yield
-        return
-    try:
-        fd = os.open(Path(folder) / "logs", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass
-        yield
-    finally:
-        os.close(fd)   # closing drops the flock
 
 
 def _csv_cells(row: dict, columns: list[str]) -> dict:

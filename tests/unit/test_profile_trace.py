@@ -117,3 +117,51 @@ def test_a_cut_timeline_line_is_dropped_before_the_next_append(tmp_path):
     store.append_timeline(tmp_path, [{**row, "case_id": "b"}])
     df = store.load_timeline(tmp_path)
     assert list(df.case_id) == ["a", "b"] and len(df.columns) == len(store.TIMELINE_COLUMNS)
+
+
+def _timeline_row(case_id, rank=0):
+    return {"case_id": case_id, "rank": rank, "host": "h", "iteration": 0, "start_us": 0.0, "end_us": 1.0,
+            "source": "host", "kernel_us": ""}
+
+
+def test_wave_appenders_to_a_new_timeline_take_turns_and_write_one_header(tmp_path):
+    """The launches of a wave append to one folder at once: while another appender holds the
+    folder's writers lock, an append waits (it would otherwise see an empty file and write a second
+    header into the middle of it)."""
+    import fcntl
+    import os
+    import threading
+
+    (tmp_path / "logs").mkdir()
+    held = os.open(tmp_path / "logs", os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    t = threading.Thread(target=store.append_timeline, args=(tmp_path, [_timeline_row("b")]),
+                         kwargs={"shared": True})
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and not (tmp_path / "timeline.csv").exists()
+    store.append_timeline(tmp_path, [_timeline_row("a")], shared=False)   # the holder's own append
+    os.close(held)
+    t.join(10)
+    assert not t.is_alive()
+    text = (tmp_path / "timeline.csv").read_text()
+    assert text.count("case_id,") == 1
+    assert list(store.load_timeline(tmp_path).case_id) == ["a", "b"]
+
+
+def test_a_repeated_header_line_is_left_out_with_a_warning(tmp_path):
+    """A timeline written by appenders that raced (before they took turns) holds a copy of the
+    header between rows: the rows are read, the copy is named."""
+    store.append_timeline(tmp_path, [_timeline_row("a")])
+    header = (tmp_path / "timeline.csv").read_bytes().splitlines(keepends=True)[0]
+    assert header.endswith(b"\r\n")   # the csv module's line end, kept by the copy
+    with open(tmp_path / "timeline.csv", "ab") as fh:
+        fh.write(header)
+    store.append_timeline(tmp_path, [_timeline_row("b", rank=1)])
+    said = []
+    df = store.load_timeline(tmp_path, warn=said.append)
+    assert list(df.case_id) == ["a", "b"] and list(df["rank"]) == [0, 1]
+    assert len(said) == 1 and "line(s) 3" in said[0]
+    (tmp_path / "timeline.csv").write_bytes(header + b"a,zero,h,0,0.0,1.0,host,\n")
+    with pytest.raises(Exception, match="column rank"):
+        store.load_timeline(tmp_path)

@@ -35,12 +35,12 @@ def test_two_writers_in_turn_see_each_others_rows(tmp_path):
 def test_only_a_shared_folder_takes_the_writers_lock(tmp_path, monkeypatch):
     """A writer alone appends without the flock; the launches of a wave (SHARED_VAR set for their
     ranks, or the parent during the wave) take it for every append."""
-    from commbench.runfolder import writer
+    from commbench.runfolder import writers_lock
     from commbench.runfolder.writer import SHARED_VAR
 
     taken = []
-    real = writer.fcntl.flock
-    monkeypatch.setattr(writer.fcntl, "flock", lambda fd, op: (taken.append(op), real(fd, op)))
+    real = writers_lock.fcntl.flock
+    monkeypatch.setattr(writers_lock.fcntl, "flock", lambda fd, op: (taken.append(op), real(fd, op)))
     monkeypatch.delenv(SHARED_VAR, raising=False)
     alone = RunFolder(tmp_path)
     alone.create(resume=False)
