@@ -27,7 +27,7 @@ from .names import folder_name_part, new_run_dir, utc_stamp  # noqa: F401 (calle
 from .check import read_meta_text
 from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
-from .writers_lock import SHARED_VAR, one_writer as _writers  # noqa: F401 (callers import SHARED_VAR here)
+from .writers_lock import SHARED_VAR, one_writer as _writers
 from .recognise import recognise_for_resume, redact_meta
 from .samples_kept import SampleKeeper, StampedCases
 from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA_VERSION
