@@ -1,4 +1,4 @@
-"""Profiling end to end on the CPU: a real 4-rank run with a 200 us straggler injected on rank 2,
+"""Profiling end to end on the CPU: a real 4-rank run with a 10 ms straggler injected on rank 2,
 a torch-profiled and an nccl-profiled benchmark; then `commbench trace`, the report and `accept`."""
 import json
 import textwrap
@@ -24,7 +24,7 @@ SUITE = textwrap.dedent("""\
         backends: [gloo, mpi]
         ops: [all_reduce, all_gather, broadcast]
         sizes: [4KiB, 64KiB]
-        env: {COMMBENCH_INJECT_DELAY: "2:200"}
+        env: {COMMBENCH_INJECT_DELAY: "2:10000"}
       - name: torch-profiled
         family: collectives
         ranks: 2
@@ -58,14 +58,16 @@ def run_dir(tmp_path_factory):
 
 
 def test_the_injected_straggler_is_named_in_at_least_90_percent_of_its_cases(run_dir):
+    # 10 ms: four ranks share this machine's cores, and the scheduler can hold one back for a
+    # few milliseconds; with 200 us that noise once named another rank in too many of the cases
     df = load(run_dir)
     st = df[df.bench == "straggler"]
     assert len(st) == 12 and (st.status == "ok").all() and (st.wrong == 0).all()
     named = (st.late_rank == 2).mean()
     assert named >= 0.9, st[["op", "backend", "size_bytes", "late_rank", "late_share", "late_gap_us", "skew_us"]]
     hit = st[st.late_rank == 2]
-    assert (hit.late_gap_us >= 180).all()          # its own delay: the 200 us it was told to add
-    assert (hit.skew_us >= 150).mean() >= 0.9      # and the others see it arrive late
+    assert (hit.late_gap_us >= 9000).all()         # its own delay: the 10 ms it was told to add
+    assert (hit.skew_us >= 7500).mean() >= 0.9     # and the others see it arrive late
     assert set(st.late_host) == {st.late_host.iloc[0]}
 
 
