@@ -9,7 +9,8 @@ from typing import Callable
 
 from ..errors import StorageFull
 from ..runfolder import RunFolder
-from ..runfolder.writer import SHARED_VAR, STORAGE_FULL_EXIT
+from ..runfolder.writer import STORAGE_FULL_EXIT
+from ..runfolder.writers_lock import SHARED_VAR
 from ..safety import KILL_SWITCHES
 from ..suite import load_suite
 from ..world import inside_mpi_job

@@ -27,7 +27,7 @@ from typing import Callable
 
 from ..errors import RunFolderError, preview
 from . import check, files
-from .writers_lock import one_writer, shared_from_env
+from .writers_lock import one_writer
 
 TIMELINE = "timeline.csv"
 CASES = "traces/cases.jsonl"
@@ -65,7 +65,7 @@ def append_timeline(run_dir: Path, rows: list[dict], shared: bool | None = None)
     writers lock (two first appenders would each write a header)."""
     if not rows:
         return
-    with one_writer(run_dir, shared_from_env() if shared is None else shared):
+    with one_writer(run_dir, shared):
         _drop_cut_line(run_dir, TIMELINE)
         st = files.lstat(run_dir, TIMELINE)
         buf = io.StringIO(newline="")
@@ -79,7 +79,7 @@ def append_timeline(run_dir: Path, rows: list[dict], shared: bool | None = None)
 def append_case_line(run_dir: Path, line: dict, shared: bool | None = None) -> None:
     with files.storage(Path(run_dir) / CASES):
         files.make_dirs(run_dir, "traces")
-    with one_writer(run_dir, shared_from_env() if shared is None else shared):
+    with one_writer(run_dir, shared):
         _drop_cut_line(run_dir, CASES)
         files.append(run_dir, CASES, (json.dumps(line) + "\n").encode())
 

@@ -27,15 +27,13 @@ from .names import folder_name_part, new_run_dir, utc_stamp  # noqa: F401 (calle
 from .check import read_meta_text
 from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
-from .writers_lock import SHARED_VAR, one_writer as _writers
+from .writers_lock import one_writer as _writers, shared_from_env
 from .recognise import recognise_for_resume, redact_meta
 from .samples_kept import SampleKeeper, StampedCases
 from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA_VERSION
 # A rank that cannot store what it measured ends its launch with this status, and the parent stops
 # the run (the next Cases could not be stored either).
 STORAGE_FULL_EXIT = 75
-# Set to 1 by the launch for the ranks of a wave whose launches run at the same time: their rank 0s
-# share the folder, so each append takes the writers' lock (a launch alone writes it by itself).
 
 
 class RunFolderExists(FileExistsError):
@@ -53,12 +51,12 @@ class RunFolder:
 
     ``shared``: other processes append to the folder at the same time (the launches of a wave), so
     every append takes the writers' lock; a writer alone (a single launch, the parent between
-    waves) appends without it. A rank's writer is shared when its launch set ``SHARED_VAR``.
+    waves) appends without it. A rank's writer is shared when its launch set ``writers_lock.SHARED_VAR``.
     """
 
     def __init__(self, path: Path, shared: bool | None = None):
         self.path = Path(path)
-        self.shared = os.environ.get(SHARED_VAR) == "1" if shared is None else shared
+        self.shared = shared_from_env() if shared is None else shared
         self._offset = 0                      # bytes of results.jsonl already parsed
         self._latest: dict[str, dict] = {}    # case_id -> last row, in run order
         self._extra: list[str] = []           # columns beyond COLUMNS, in order of appearance

@@ -14,7 +14,9 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-SHARED_VAR = "COMMBENCH_SHARED_FOLDER"   # set for the ranks of a wave's launches
+# Set to 1 by the launch for the ranks of a wave whose launches run at the same time: their rank 0s
+# share the folder, so each append takes the lock (a launch alone writes it by itself).
+SHARED_VAR = "COMMBENCH_SHARED_FOLDER"
 
 
 def shared_from_env() -> bool:
@@ -22,7 +24,10 @@ def shared_from_env() -> bool:
 
 
 @contextmanager
-def one_writer(folder: Path, shared: bool):
+def one_writer(folder: Path, shared: bool | None = None):
+    """Hold the folder's writers lock for the block when ``shared`` (None: as SHARED_VAR says)."""
+    if shared is None:
+        shared = shared_from_env()
     if not shared:
         yield
         return

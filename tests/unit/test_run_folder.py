@@ -36,7 +36,7 @@ def test_only_a_shared_folder_takes_the_writers_lock(tmp_path, monkeypatch):
     """A writer alone appends without the flock; the launches of a wave (SHARED_VAR set for their
     ranks, or the parent during the wave) take it for every append."""
     from commbench.runfolder import writers_lock
-    from commbench.runfolder.writer import SHARED_VAR
+    from commbench.runfolder.writers_lock import SHARED_VAR
 
     taken = []
     real = writers_lock.fcntl.flock

@@ -42,7 +42,7 @@ def fabric_launch(calls):
     from commbench.families.base import Case
     from commbench.launch.supervise import LaunchOutcome
     from commbench.runfolder import RunFolder
-    from commbench.runfolder.writer import SHARED_VAR
+    from commbench.runfolder.writers_lock import SHARED_VAR
 
     def launch(run_dir, task, env, timeouts, on_event=None, allow_multicast=False, keep_fds=(), **kw):
         calls.append((tuple(task["hosts"]), kw.get("deadline")))

@@ -233,7 +233,7 @@ def test_only_the_ranks_of_a_concurrent_wave_are_told_the_folder_is_shared(tmp_p
     """per_node over four hosts runs as one wave: each launch's ranks lock their appends; with
     COMMBENCH_WAVES=0 the launches run one by one and none does."""
     from commbench.launch import orchestrate
-    from commbench.runfolder.writer import SHARED_VAR
+    from commbench.runfolder.writers_lock import SHARED_VAR
     from tests.unit.test_search_run import fabric_launch
 
     monkeypatch.setenv("COMMBENCH_HOSTS", "h02,h03,h04,h06")
