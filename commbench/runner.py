@@ -24,7 +24,7 @@ from .runfolder import RunFolder, case_row
 from .runfolder.writer import STORAGE_FULL_EXIT
 from .world import World
 from .measure import device as device_binding
-from .measure import native_loop, step_split, timing
+from .measure import memory, native_loop, step_split, timing
 from .measure.state import CaseState
 
 
@@ -123,21 +123,31 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     if reason:
         row.update(status="skipped", reason=reason)
         return row, []
+    budget = _MemoryBudget(fam, case, ctx)
+    row.update(budget.columns())
+    if budget.skip_reason:
+        row.update(status="skipped", reason=budget.skip_reason)
+        return row, []
     state = None
     prof = CaseProfiler(case, ctx, ctx.cache.get(PROFILE_KEY))
     try:
         with prof.case_range():
             state = _agree(world, lambda: _setup(fam, case, ctx), undo=lambda st: _teardown(fam, st))
+            budget.after_setup()
             tampered = _tampered(world, safety.active_kill_switches())
             if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
                 raise _PhaseFailed("failed", tampered)
             samples, mode = _agree(world, lambda: _time(fam, case, state, world, prof))
             wrong_local = _agree(world, lambda: int(fam.check(state)))
     except _PhaseFailed as exc:
-        row.update(status=exc.status, reason=exc.reason)
-        _teardown(fam, state)
+        row.update(status=exc.status, reason=budget.explain(exc.reason))
+        _teardown(fam, state, budget, failed=True)
+        failed = exc.status == "failed"
+        state = exc = None   # nothing of the Case stays referenced here before the release
+        budget.release(failed)   # a failure's traceback cycles keep set-up's frames: gc.collect
         return row, []
     wrong = world.sum_int(wrong_local)
+    row.update(budget.peak_column())
     report = prof.rank_report(samples, mode)
     # per-iteration columns beside time_us (a training step's phases): state.sample_columns
     gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples, report,
@@ -148,7 +158,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     row["size_bytes"] = state.size_bytes if state.size_bytes is not None else case.size_bytes
     row["count"] = state.count
     from_time = state.columns_from_time
-    _teardown(fam, state)
+    _teardown(fam, state, budget)
     if not world.is_root:
         return row, []
     profiled = _profile_columns(case, [g[4] for g in gathered], ctx)
@@ -211,7 +221,7 @@ def _profile_columns(case: Case, reports: list[dict], ctx: RankContext) -> dict:
         return {"profiled": case.profile, "profile_note": f"profile summary failed: {exc}"}
 
 
-def _teardown(fam, state) -> None:
+def _teardown(fam, state, budget: "_MemoryBudget | None" = None, failed: bool = False) -> None:
     if state is not None:
         try:
             fam.teardown(state)
@@ -224,19 +234,65 @@ def _teardown(fam, state) -> None:
         state.measure = None
         state.columns_from_time = None
         state.native = None
-    release_cached_memory()
+    if budget is None:
+        release_cached_memory()
+    elif not failed:
+        budget.release(failed=False)
 
 
-def release_cached_memory() -> None:
-    """Give cached device memory back between Cases: torch's and cupy's pools would otherwise
-    keep a large Case's buffers and starve the next Case's non-pooled allocations (NCCL, IPC).
-    (No gc.collect: with torch loaded it costs ~150 ms per Case; buffers go by reference count.)"""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        cupy.get_default_memory_pool().free_all_blocks()
+release_cached_memory = memory.release_cached_memory
+
+
+class _MemoryBudget:
+    """One Case's device memory on this rank (measure/memory.py): the family's plan, the fit check
+    before set-up (agreed by every rank), the peak the Case took, and the release after it."""
+
+    def __init__(self, fam, case: Case, ctx: RankContext):
+        self.world, self.plan, self.free, self.tracker = ctx.world, None, None, None
+        self.skip_reason, mine = None, None
+        if ctx.device.startswith("cuda") and case.backend not in CPU_BACKENDS and fam.needs_gpu_for(case):
+            try:
+                self.plan = fam.memory_bytes(case, ctx.world.size)
+            except Exception:  # noqa: BLE001 - a plan that cannot be made leaves the Case unchecked, never unrun
+                traceback.print_exc()
+            memory.release_cached_memory()   # what the last Case cached is free for this one
+            self.free = memory.device_free(ctx.device, ctx.ranks_per_gpu)
+            if self.plan is not None and self.free is not None:
+                mine = memory.fit_reason(self.plan, self.free, ctx.ranks_per_gpu)
+        for rank, why in enumerate(self.world.allgather(mine)):   # every rank takes the same branch
+            if why:
+                self.skip_reason = f"rank {rank}: {why}" if self.world.size > 1 else why
+                break
+        if self.free is not None and not self.skip_reason:
+            self.tracker = memory.CaseMemory(ctx.device, self.free, bool(ctx.ranks_per_gpu and ctx.ranks_per_gpu > 1))
+
+    def columns(self) -> dict:
+        out = {}
+        if self.plan is not None:
+            out["mem_estimate_bytes"] = self.plan.peak_bytes
+        if self.free is not None:
+            out["mem_free_bytes"] = self.free.share_bytes
+        return out
+
+    def after_setup(self) -> None:
+        if self.tracker is not None:
+            self.tracker.after_setup()
+
+    def peak_column(self) -> dict:
+        """The most any rank took (a collective: every rank calls it)."""
+        mine = self.tracker.peak_bytes() if self.tracker is not None else None
+        peaks = [p for p in self.world.allgather(mine) if p is not None]
+        return {"mem_peak_bytes": max(peaks)} if peaks else {}
+
+    def explain(self, reason: str) -> str:
+        """An out-of-memory failure's reason with the estimate beside it."""
+        return reason + memory.oom_context(self.plan, self.free) if memory.is_out_of_memory(reason) else reason
+
+    def release(self, failed: bool) -> None:
+        if self.tracker is not None:
+            self.tracker.release(failed)
+        else:
+            memory.release_cached_memory()
 
 
 class Progress:

@@ -25,7 +25,10 @@ def agree(group, fn, what: str, undo=None):
         out, err = None, exc
     failed = [r for r, ok in enumerate(group.allgather(err is None)) if not ok]
     if err is not None:
-        raise err
+        try:
+            raise err
+        finally:   # this frame, in err's traceback, would hold err: a cycle that kept a failed
+            err = out = None   # set-up's frames (and its device buffers) until gc ran
     if failed:
         if undo is not None:
             undo(out)

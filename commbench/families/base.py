@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..comm.context import RankContext
+from ..measure.memory import MemoryPlan
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,15 @@ class Family:
 
     def traffic(self, case: Case, world_size: int) -> Traffic:
         raise NotImplementedError
+
+    def memory_bytes(self, case: Case, world_size: int) -> MemoryPlan | None:
+        """The device memory one rank of this Case allocates (weights, buffers, workspaces,
+        symmetric and NVSHMEM heaps, what the check builds), by named part: a
+        ``commbench.measure.memory.MemoryPlan``. The runner calls it before set-up, on the CPU
+        side of the rank (no allocation), and skips a Case whose plan does not fit the GPU's free
+        memory (divided among the ranks that share the GPU). None: no plan, the Case is not
+        checked (the default)."""
+        return None
 
     def teardown(self, state: Any) -> None:
         pass
