@@ -12,6 +12,7 @@ from .expand import expand_bench
 from .launch_keys import check_launch_keys
 from .launches import Launch, group_launches, keep_only
 from .limits import SuiteLimits
+from .node_keys import NodeSpec, check_node_keys
 from .overrides import ONLY_KEY, apply_overrides
 from .schema import ALIASES, COMMON_KEYS, TOP_KEYS, SuiteErrors
 from .shape import check_bench
@@ -24,6 +25,8 @@ class Suite:
     path: Path
     cases: list[Case] = field(default_factory=list)
     launches: list[Launch] = field(default_factory=list)
+    share_gpu: bool = False   # `share_gpu: true`: ranks may share a GPU (suite/node_keys.py)
+    node: NodeSpec = field(default_factory=NodeSpec)   # `node:`: what each node must have
 
 
 def load_suite(path: Path | str, *, gpu_count: int | None = None,
@@ -48,6 +51,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         if key not in TOP_KEYS:
             err.add(raw.line_of(key), str(key), f"unknown key (expected one of: {', '.join(TOP_KEYS)})")
     check_launch_keys(raw, err)
+    share_gpu, node = check_node_keys(raw, err)
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         err.add(raw.line_of("name"), "name", "required: a non-empty string")
@@ -67,6 +71,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
     if gpu_count is None:
         gpu_count = _gpu_count_hint()
     suite = Suite(name=name, path=path)
+    suite.share_gpu, suite.node = share_gpu, node
     seen_names: set[str] = set()
     for i, bench in enumerate(benches):
         where = f"benchmarks[{i}]"

@@ -53,6 +53,11 @@ TOP_KEYS: dict[str, str] = {
                     "as timeout rows (COMMBENCH_WAVE_TIMEOUT overrides it; default: no wave limit)",
     "launch_retries": "how often a launch whose launcher failed before any rank started is started again, "
                       "after a short pause (0-10; COMMBENCH_LAUNCH_RETRIES overrides it; default 1)",
+    "share_gpu": "true: ranks may share a GPU when a launch has more ranks on a node than it has GPUs "
+                 "(a correctness rehearsal, docs/rehearsal.md); default false: such launches are skipped "
+                 "(run) or fail the preflight (accept)",
+    "node": "the node the suite needs: {gpus, gpu_model, gpu_memory} (docs/suites.md, \"The node a suite "
+            "needs\"); checked before anything is launched",
 }
 ALIASES = {"op": "ops", "backend": "backends", "dtype": "dtypes"}
 LARGE_BYTES = 64 * 1024**2
