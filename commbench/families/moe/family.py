@@ -171,6 +171,14 @@ class MoeFamily(Family):
         b = moe_bytes(routed, _bytes_op(case.op), case.backend, case.dtype, prm["hidden"])
         return Traffic(b.deepep_bytes, b.link_bytes / b.deepep_bytes if b.deepep_bytes else 0.0)
 
+    def memory_bytes(self, case: Case, world_size: int):
+        """The layer's device memory per rank (memory.py); the dispatch/combine ops carry none."""
+        if case.op != "layer":
+            return None
+        from .memory import layer_plan
+
+        return layer_plan(case, self._params(case), world_size)
+
     def teardown(self, state) -> None:
         state.close()
 
