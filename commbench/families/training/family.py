@@ -83,6 +83,14 @@ class TrainingFamily(Family):
     def shape(self, case: Case, world: int, ranks_per_node: int | None = None) -> Shape:
         return resolve(dict(case.params), case.op, case.dtype, world, ranks_per_node)
 
+    def memory_bytes(self, case: Case, world_size: int):
+        """A GPU step's device memory per rank (memory.py); CPU backends carry none."""
+        if case.backend != "nccl":
+            return None
+        from .memory import step_plan
+
+        return step_plan(self.shape(case, world_size, case.ranks_per_node))
+
     # --- measuring ---
     def setup(self, case: Case, ctx: RankContext) -> TrainingState:
         from . import groups
