@@ -205,6 +205,16 @@ class Collectives(Family):
             return alltoallv.count_wrong(state.bufs, state.dtype)
         return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)
 
+    def memory_bytes(self, case: Case, world_size: int):
+        """GPU buffers per rank (memory.py); host backends carry none."""
+        if case.backend not in ("nccl", "torch_nccl"):
+            return None
+        from .memory import collective_plan
+
+        native = case.backend == "nccl" and case.param("timed_loop", "native") == "native"
+        span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)) if native else 0
+        return collective_plan(case, world_size, span)
+
     def traffic(self, case: Case, world_size: int) -> Traffic:
         elem = dtypes.size_bytes(case.dtype)
         if case.op == "alltoallv":   # the busiest rank's larger side, as nccl-tests' alltoallv

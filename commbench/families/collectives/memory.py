@@ -1,0 +1,31 @@
+"""The device memory of one rank of a collectives Case on a GPU (Collectives.memory_bytes).
+
+Per rank: the send and receive buffers as comm/buffers.allocate makes them (nccl-tests' in-place
+aliasing keeps one; a buffer that holds every rank's chunk is n x count elements), each the head
+of its rotation pool when the native loop rotates (a pool spans ``buffer_span_bytes``, at least
+the buffer), and the check's float64 copies of one chunk of the result (buffers.CHUNK elements).
+alltoallv (a traffic matrix decides its buffers) has no plan.
+"""
+from __future__ import annotations
+
+from ... import dtypes, metrics
+from ...comm.ops import OPS
+from ...measure.memory import MemoryPlan
+
+CHECK_CHUNK_ELEMS = 1 << 26   # comm/buffers.CHUNK
+F64 = 8
+
+
+def collective_plan(case, world_size: int, span_bytes: int) -> MemoryPlan | None:
+    if case.op not in OPS or case.op == "alltoallv":
+        return None
+    elem = dtypes.size_bytes(case.dtype)
+    count = metrics.element_count(case.op, case.size_bytes, elem, world_size)
+    spec = OPS[case.op]
+    send = count * elem * (world_size if spec.send_chunks else 1)
+    recv = count * elem * (world_size if spec.recv_chunks else 1)
+    pool = lambda nbytes: max(nbytes, span_bytes)  # noqa: E731
+    parts = ({"buffer (in place)": pool(max(send, recv))} if case.param("in_place")
+             else {"send buffer": pool(send), "receive buffer": pool(recv)})
+    check = 4 * F64 * min(recv // max(elem, 1), CHECK_CHUNK_ELEMS)   # got, expected, |diff|, tolerance
+    return MemoryPlan.of(parts, {"check": check}, note="NCCL's own buffers are not counted")
