@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+from ...comm import nccl_algos
 from ...comm.context import RankContext
 from ...errors import SkipCase
 from ...sysinfo import nccl_log
@@ -55,7 +56,12 @@ class AllReduceFamily(Family):
     def machine_reason(self, case: Case) -> str | None:
         # The site's kill switches and the suite's opt-in are visible before launch: such Cases
         # never start a process (DESIGN section 7).
-        return gate.planning_block_reason(case)
+        blocked = gate.planning_block_reason(case)
+        if blocked or case.backend != "nccl":   # nccl_symm's symmetric kernels do not follow NCCL_ALGO
+            return blocked
+        # a forced NCCL_ALGO / NCCL_PROTO NCCL has no all-reduce for (PAT, CollNet off): skipped
+        return nccl_algos.case_refusal("all_reduce", case.env, ranks=case.ranks, ranks_per_node=case.ranks_per_node,
+                                       multicast=bool(case.param("allow_multicast")), dtype=case.dtype)
 
     def launch_env(self, case: Case, env: Mapping[str, str], log_dir: Path) -> dict[str, str]:
         # NCCL's choice (nccl_algo, nccl_proto) is read from its TUNING lines, which it writes only

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import dtypes, metrics
+from ...comm import nccl_algos
 from ...comm.context import RankContext
 from ...comm.ops import OPS, no_in_place_reason
 from ...comm.traffic import FILE_SUFFIXES, spec_problem
@@ -82,6 +83,15 @@ class Collectives(Family):
             return ("params.offset_bytes", f"offset_bytes {offset} is not a multiple of the "
                     f"{dtypes.size_bytes(case.dtype)}-byte {case.dtype} element (NCCL needs element-aligned buffers)")
         return None
+
+    def machine_reason(self, case: Case) -> str | None:
+        # an NCCL_ALGO / NCCL_PROTO that leaves NCCL no algorithm for the op (comm/nccl_algos.py):
+        # skipped with the reason rather than failed by NCCL's "invalid usage"; multicast (NVLS)
+        # is always held off for this family
+        if case.backend not in ("nccl", "torch_nccl"):
+            return None
+        return nccl_algos.case_refusal(case.op, case.env, ranks=case.ranks, ranks_per_node=case.ranks_per_node,
+                                       multicast=False, dtype=case.dtype, reduce_op=case.param("reduce_op", "sum"))
 
     def needs_gpu_for(self, case: Case) -> bool:
         return case.backend in ("nccl", "torch_nccl")   # gloo and mpi run on host memory
