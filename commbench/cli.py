@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from .commands.options import load, overrides_of, suite_options
 from .errors import CommbenchError
 
 
@@ -45,263 +46,13 @@ def cli():
     """GPU communication benchmarks: NCCL, NVSHMEM, MPI, proxies, MoE, checked and plotted."""
 
 
-def _limit_options(fn):
-    """--max-cases and --max-ranks: lift the expansion limits (docs/suites.md, "Limits")."""
-    fn = click.option("--max-ranks", type=click.IntRange(min=1), default=None, metavar="N",
-                      help="allow launches of up to N ranks, beyond what the launcher can start "
-                           "(default: the CPUs/GPUs of this host, the MPI job or the Slurm allocation)")(fn)
-    # the default lives in suite/limits.py (not imported here: `--help` stays fast)
-    return click.option("--max-cases", type=click.IntRange(min=1), default=None, metavar="N",
-                        help="refuse a suite that expands to more than N Cases (default 20000)")(fn)
-
-
-def _limits(max_cases: int | None, max_ranks: int | None):
-    from .suite.limits import DEFAULT_MAX_CASES, SuiteLimits
-
-    return SuiteLimits(max_cases=max_cases or DEFAULT_MAX_CASES, max_ranks=max_ranks)
-
-
-def _price_options(fn):
-    """--launch-cost / --estimate-from: what a --dry-run's schedule is priced with."""
-    fn = click.option("--estimate-from", type=click.Path(path_type=Path, exists=True, file_okay=False),
-                      default=None, metavar="RUN",
-                      help="with --dry-run: price the schedule from a previous run folder (the median "
-                           "launch wall time less its Cases, and each Case's time)")(fn)
-    return click.option("--launch-cost", default=None, metavar="DURATION",
-                        help="with --dry-run: the cost of one launch (e.g. 15s) for the projected wall time")(fn)
-
-
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="run folder (default results/<UTC time>-<suite name>)")
-@click.option("--resume", is_flag=True, help="continue the run folder, skipping Cases already finished")
-@click.option("--force", is_flag=True,
-              help="with --resume: continue even when the suite, --set or --only differ from the "
-                   "run folder's (run.json records both)")
-@click.option("--repeat", type=click.IntRange(1, 100), default=1, show_default=True, metavar="N",
-              help="run the suite N times back to back into OUT/repeat-1 ... OUT/repeat-N; "
-                   "`compare` reads the folder and tells change from run-to-run noise")
-@click.option("--duration", default=None, metavar="DURATION",
-              help="burn-in: run the suite pass after pass into one run folder until DURATION (8h, 30m, "
-                   "90s) is over, every row stamped with its pass; the same as the suite key `duration`")
-@click.option("--dry-run", is_flag=True,
-              help="validate and print the Cases, launches and the schedule of waves; run nothing")
-@_price_options
-@click.option("--quiet", is_flag=True, help="no live progress display")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="override a key in every benchmark, e.g. --set ranks=2 --set sizes=[1MiB] "
-                   "--set params.num_sms=16 (recorded in run.json)")
-@click.option("--only", "only", multiple=True, metavar="BENCH",
-              help="run only the named benchmark(s) of the suite (repeatable; recorded in run.json)")
-@click.option("--profile", "profile", type=click.Choice(["torch", "nccl"]), default=None,
-              help="profile every benchmark's timed batch: torch (torch.profiler traces in traces/) or nccl "
-                   "(commbench's NCCL profiler plugin: kernel_us, channels, algorithm, proxy steps); "
-                   "the same as the suite key `profile` (docs/profiling.md)")
-@_limit_options
-def run(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, duration: str | None,
-        dry_run: bool, launch_cost: str | None, estimate_from: Path | None, quiet: bool,
-        sets: tuple[str, ...], only: tuple[str, ...], profile: str | None, max_cases: int | None,
-        max_ranks: int | None):
-    """Run a suite: every Case measured, checked and stored in a run folder."""
-    from .suite import load_suite, parse_overrides
-
-    overrides = _with_only(parse_overrides(sets), only)
-    if profile:
-        overrides["profile"] = profile
-    limits = _limits(max_cases, max_ranks)
-    if (launch_cost or estimate_from) and not dry_run:
-        raise click.UsageError("--launch-cost and --estimate-from price a --dry-run")
-    if dry_run:
-        s = load_suite(suite, overrides=overrides, limits=limits)
-        _print_plan(s)
-        print_schedule(s, launch_cost, estimate_from)
-        return
-    if force and not resume:
-        raise CommbenchError("--force only applies to --resume (it lets a resume mix settings).")
-    from .launch.extras import require_run_extras
-
-    require_run_extras()
-    duration_s = _duration_s(suite, duration, repeat)
-    import signal
-
-    from .analysis.finish import finish
-    from .launch.orchestrate import run_suite
-
-    def _terminate(signum, frame):  # a batch system's SIGTERM: stop like Ctrl-C
-        raise KeyboardInterrupt
-
-    def run_one(suite_path, out_dir, again, before_finish=None):
-        def finish_pass(folder, console):
-            before_finish(folder)   # a burn-in stamps the pass's rows before plots and report
-            finish(folder, console)
-
-        return run_suite(suite_path, out_dir, resume=again, show_progress=not quiet, overrides=overrides,
-                         force=force, limits=limits, finish=finish if before_finish is None else finish_pass)
-
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        if duration_s is not None:
-            from .launch.burnin import run_burnin
-
-            burnin_dir, passes = run_burnin(suite, out, duration_s, resume=resume, run_one=run_one)
-            run_dirs = [burnin_dir]
-        elif repeat > 1:
-            from .launch.repeat import run_repeats
-
-            run_dirs = run_repeats(suite, out, repeat, resume=resume, force=force, run_one=run_one)
-        else:
-            run_dirs = [run_one(suite, out, resume)]
-    except KeyboardInterrupt:
-        click.echo("commbench: interrupted; every row measured so far is in the run folder "
-                   "(continue with --resume)", err=True)
-        sys.exit(130)
-    except OSError as exc:   # the run folder's filesystem failed mid-run (a full disk is StorageFull)
-        where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"commbench: error: {where}{exc.strerror or exc}; the run stopped. Every Case stored so "
-                   "far is kept (continue with --resume)", err=True)
-        sys.exit(1)
-    from .verdict import busy_warnings_all_ranks, run_exit_status_all_ranks
-
-    from .world import launcher_rank
-
-    code, summary = run_exit_status_all_ranks(run_dirs)
-    if duration_s is not None:
-        from .launch.burnin import burnin_exit_status
-
-        code, summary = burnin_exit_status(run_dirs[0], passes, code, summary)
-    for warning in busy_warnings_all_ranks(run_dirs):
-        click.echo(f"commbench: warning: {warning}", err=True)
-    if launcher_rank() in (None, 0):   # inside an MPI job: one summary, from rank 0
-        click.echo(f"run folder: {run_dirs[0].parent if repeat > 1 else run_dirs[0]}")
-        click.echo(f"commbench: {summary}")
-    sys.exit(code)
-
-
-@cli.command(name="nccl", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("op")
-@click.option("-b", "--minbytes", "min_bytes", default="8", show_default=True, metavar="SIZE",
-              help="smallest size (8, 1K, 4M, 1G: binary units, as nccl-tests)")
-@click.option("-e", "--maxbytes", "max_bytes", default="128M", show_default=True, metavar="SIZE",
-              help="largest size")
-@click.option("-f", "--stepfactor", "step_factor", type=float, default=2.0, show_default=True,
-              help="multiply the size by this between steps (1: use -i)")
-@click.option("-i", "--stepbytes", "step_bytes", default=None, metavar="SIZE",
-              help="add this to the size between steps (with -f 1; default 1M)")
-@click.option("-n", "--iters", type=click.IntRange(1, 100000), default=20, show_default=True,
-              help="timed iterations")
-@click.option("-w", "--warmup_iters", "warmup", type=click.IntRange(0, 100000), default=5, show_default=True,
-              help="untimed warm-up iterations")
-@click.option("-g", "--ngpus", "ranks", type=click.IntRange(min=1), default=None,
-              help="ranks, one per GPU (default: every GPU of this host; 2 on --backend gloo/mpi)")
-@click.option("-d", "--datatype", "dtype", default="float", show_default=True,
-              help="float, half, bfloat16 (bf16), int32")
-@click.option("-o", "--op", "redop", type=click.Choice(["sum", "max", "min"]), default="sum", show_default=True,
-              help="reduction of all_reduce, reduce_scatter and reduce")
-@click.option("-c", "--check", type=click.IntRange(0, 1), default=1, show_default=True,
-              help="accepted for nccl-tests' command lines: commbench checks every Case anyway (untimed)")
-@click.option("-G", "--cudagraph", "graph", type=click.IntRange(min=0), default=0, show_default=True,
-              help="above 0: time with CUDA graphs (timing: graph)")
-@click.option("-R", "--local_register", "register", type=click.IntRange(0, 2), default=0, show_default=True,
-              help="nccl backend: 1 registers buffers with ncclCommRegister, 2 as symmetric windows")
-@click.option("-u", "--unalign", type=click.IntRange(0, 1024), default=0, show_default=True,
-              help="shift send and receive buffers by this many elements off their alignment")
-@click.option("-a", "--average", type=click.IntRange(0, 3), default=3, show_default=True,
-              help="ranks' times per iteration: 0 rank 0, 1 mean, 2 fastest, 3 slowest")
-@click.option("--backend", type=click.Choice(["nccl", "torch_nccl", "gloo", "mpi"]), default="nccl",
-              show_default=True, help="gloo or mpi run on CPU (no GPU needed)")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="run folder (default results/<UTC time>-quick-OP)")
-@click.option("--quiet", is_flag=True, help="no per-Case progress lines (the table is still printed)")
-def nccl_cmd(op: str, quiet: bool, out: Path | None, **options):
-    """One collective swept over sizes, typed as for nccl-tests; prints nccl-tests' table.
-
-    OP: all_reduce, all_gather, reduce_scatter, alltoall, broadcast, reduce, sendrecv, gather,
-    scatter. Example: commbench nccl all_reduce -b 8 -e 8G -f 2 -g 8. The run folder is a normal
-    one (report, compare and accept read it; its suite.yaml is the suite the options made)."""
-    from .analysis.quick import QuickArgs, run_quick, table_of
-    from .analysis.finish import finish
-    from .world import launcher_rank
-
-    args = QuickArgs(op=op, **options)
-
-    def show(folder, console):
-        click.echo(table_of(folder.latest_rows(), args, folder.read_meta().get("links")))
-
-    run_dir, code, summary = run_quick(args, out, quiet=quiet,
-                                       finish=lambda folder, console: finish(folder, console, show=show))
-    if launcher_rank() in (None, 0):
-        click.echo(f"run folder: {run_dir}")
-        click.echo(f"commbench: {summary}")
-    sys.exit(code)
-
-
-def _duration_s(suite: Path, duration: str | None, repeat: int) -> float | None:
-    """The burn-in duration in seconds (--duration, else the suite's `duration:`), or None."""
-    from .launch.burnin import suite_duration_s
-    from .units import parse_duration
-
-    if duration is not None:
-        try:
-            seconds = parse_duration(duration)
-        except ValueError as exc:
-            raise CommbenchError(f"--duration: {exc}") from None
-    else:
-        seconds = suite_duration_s(suite)
-    if seconds is not None and repeat > 1:
-        raise CommbenchError("--repeat and a burn-in duration do not go together: a burn-in already runs "
-                             "the suite again and again (into one folder, pass by pass).")
-    return seconds
-
-
-def _with_only(overrides: dict, only: tuple[str, ...]) -> dict:
-    from .suite import ONLY_KEY
-
-    return {**overrides, ONLY_KEY: list(only)} if only else overrides
-
-
-def print_schedule(s, launch_cost: str | None, estimate_from: Path | None) -> None:
-    """The waves a run of suite ``s`` takes and, when priced, its projected wall time."""
-    from .launch.waves import price
-
-    try:
-        lines = price(s.launches, launch_cost, estimate_from)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--launch-cost") from None
-    for line in lines:
-        click.echo(line)
-
-
-def _print_plan(s) -> None:
-    from rich.table import Table
-
-    from .ui import make_console
-
-    console = make_console()
-    table = Table(title=f"{s.name}: {len(s.cases)} cases in {len(s.launches)} launch(es)")
-    for col in ("launch", "ranks", "variant", "cases"):
-        table.add_column(col, overflow="fold")
-    table.add_column("ops", ratio=1)        # comma lists wrap between names, never inside one
-    table.add_column("backends", ratio=1)
-    by_id = {c.case_id: c for c in s.cases}
-    for l in s.launches:
-        cs = [by_id[i] for i in l.case_ids]
-        table.add_row(str(l.launch_id), str(l.ranks), l.variant, str(len(cs)),
-                      ", ".join(dict.fromkeys(c.op for c in cs)), ", ".join(dict.fromkeys(c.backend for c in cs)))
-    console.print(table)
-
-
-@cli.command()
-@click.argument("suite", type=click.Path(path_type=Path))
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="as for `run`")
-@click.option("--only", "only", multiple=True, metavar="BENCH", help="as for `run`")
-@_limit_options
+@suite_options
 def validate(suite: Path, sets: tuple[str, ...], only: tuple[str, ...], max_cases: int | None,
              max_ranks: int | None):
     """Check a suite file; print what it expands to. Exit 2 on any problem."""
-    from .suite import load_suite, parse_overrides
-
-    s = load_suite(suite, overrides=_with_only(parse_overrides(sets), only), limits=_limits(max_cases, max_ranks))
+    s = load(suite, overrides_of(sets, only), max_cases, max_ranks)
     click.echo(f"{suite}: ok: {len(s.cases)} cases in {len(s.launches)} launch(es)")
 
 
@@ -424,15 +175,17 @@ def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str,
     click.echo(f"run folder: {folder}")
 
 
-def _add_report_commands() -> None:
-    from .analysis.commands import accept_cmd, compare_cmd, report_cmd
+def _add_commands() -> None:
+    from .analysis.commands import compare_cmd, report_cmd
+    from .commands.accept_cmd import accept_cmd
+    from .commands.nccl_cmd import nccl_cmd
+    from .commands.run_cmd import run_cmd
 
-    cli.add_command(report_cmd, "report")
-    cli.add_command(compare_cmd, "compare")
-    cli.add_command(accept_cmd, "accept")
+    for command in (run_cmd, nccl_cmd, report_cmd, compare_cmd, accept_cmd):
+        cli.add_command(command)
 
 
-_add_report_commands()
+_add_commands()
 
 
 def _add_profile_commands() -> None:

@@ -4,7 +4,6 @@ the same path as `commbench run` (a normal run folder, its suite.yaml the suite 
 stored rows are printed as nccl-tests' per-size table (docs/quick.md)."""
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,18 +155,3 @@ def bound_lines(rows: list[dict], links: dict | None) -> list[str]:
                    f"GB/s = {pct:.1f}% of it at {format_size(int(best['size_bytes']))} {side}")
     out += [f"# Bound: none for {n} row(s): {reason}" for reason, n in reasons.items()]
     return out
-
-
-def run_quick(a: QuickArgs, out: Path | None, *, quiet: bool, finish) -> tuple[Path, int, str]:
-    """Run the suite the options describe; (run folder, exit status, one-line summary)."""
-    from ..launch.extras import require_run_extras
-    from ..launch.orchestrate import run_suite
-    from ..verdict import run_exit_status_all_ranks
-
-    suite_dict(a)   # bad options: exit 2 before anything starts
-    refuse_without_gpu(a)
-    require_run_extras()
-    with tempfile.TemporaryDirectory(prefix="commbench-quick-") as tmp:
-        run_dir = Path(run_suite(write_suite(a, Path(tmp)), out, show_progress=not quiet, finish=finish))
-    code, summary = run_exit_status_all_ranks([run_dir])
-    return run_dir, code, summary

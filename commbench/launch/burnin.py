@@ -15,23 +15,8 @@ from ..runfolder import RunFolder
 from ..runfolder.samples_kept import stamp_samples
 from ..runfolder.schema import PASS_COLUMN, PASS_UTC_COLUMN
 from ..runfolder.writer import atomic_write
-from ..units import parse_duration
 from .repeat import default_out, on_root
 
-DURATION_KEY = "duration"   # the suite's top-level key
-
-
-def suite_duration_s(suite_path: Path) -> float | None:
-    """The suite's ``duration:`` in seconds (None when it has none); a bad value names the line."""
-    from ..suite.yaml_lines import load_yaml
-
-    doc = load_yaml(Path(suite_path), CommbenchError)
-    if not isinstance(doc, dict) or DURATION_KEY not in doc:
-        return None
-    try:
-        return parse_duration(doc[DURATION_KEY])
-    except ValueError as exc:
-        raise CommbenchError(f"{suite_path}:{doc.line_of(DURATION_KEY)}: field '{DURATION_KEY}': {exc}") from None
 
 
 def _now_utc() -> str:
@@ -84,15 +69,15 @@ def _stamp_unlocked(out: Path, pass_no: int, pass_utc: str) -> None:
         folder.release()
 
 
-def run_burnin(suite_path: Path, out: Path | None, duration_s: float, *, resume: bool, run_one,
+def run_burnin(suite, out: Path | None, duration_s: float, *, resume: bool, run_one,
                clock=time.monotonic) -> tuple[Path, int]:
     """Run passes until ``duration_s`` has passed at a pass boundary; (the run folder, passes run).
 
-    ``run_one(suite, out_dir, again, finish_wrap)`` runs one pass as `run` runs a suite; it calls
+    ``run_one(out_dir, again, finish_wrap)`` runs one pass of the Suite ``suite`` as `run` runs a suite; it calls
     ``finish_wrap(folder)`` once the pass's rows are stored (the folder still held). A --resume
     numbers on from the last pass (first finishing one a kill left unstamped); the duration counts
     from now."""
-    out = default_out(suite_path, out, resume, "--duration",
+    out = default_out(suite, out, resume, "--duration",
                       "the run folder that holds (or will hold) the burn-in")
     fresh = not (out.exists() and (out / "results.jsonl").exists())
     if not fresh and not resume:
@@ -109,7 +94,7 @@ def run_burnin(suite_path: Path, out: Path | None, duration_s: float, *, resume:
             stamp_pass(folder, n, utc)
 
         try:
-            run_one(suite_path, out, again, finish_wrap)
+            run_one(out, again, finish_wrap)
         except KeyboardInterrupt:
             on_root(lambda n=pass_no, utc=pass_utc: _stamp_unlocked(out, n, utc))
             raise

@@ -15,7 +15,6 @@ from pathlib import Path
 from ..errors import CommbenchError
 from ..runfolder import RunFolder
 from ..runner import Progress, run_cases
-from ..suite import load_suite
 from ..world import build_world, slurm_step_tasks
 from .extras import require_torch_for
 from .prepare import (close_meta, open_meta, prepare_folder, record_unsupported, settled_row,
@@ -80,23 +79,21 @@ def check_job_shape(world, suite) -> None:
         raise CommbenchError(problem)
 
 
-def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool,
-                         overrides: dict | None = None, force: bool = False, show_progress: bool = True,
-                         limits=None, finish=None) -> Path:
-    """Run the suite in this job's ranks; rank 0 stores and then calls ``finish(folder, None)``."""
-    suite = load_suite(suite_path, overrides=overrides, limits=limits)
+def run_suite_inside_mpi(suite, out_dir: Path | None, options) -> Path:
+    """Run the suite in this job's ranks; rank 0 stores and then calls ``options.finish(folder, None)``
+    (``options``: the Run's RunOptions)."""
     require_torch_for(suite)
     world = build_world()
     check_job_shape(world, suite)
-    folder = _root_prepares(world, suite, out_dir, resume, overrides, force)
+    folder = _root_prepares(world, suite, out_dir, options.resume, options.overrides, options.force)
     done = set()
     if world.is_root:
-        done = folder.done_case_ids() if resume else set()
+        done = folder.done_case_ids() if options.resume else set()
         done |= record_unsupported(folder, suite, done)
     done = world.bcast(done)
     by_id = {c.case_id: c for c in suite.cases}
     lines = None
-    if world.is_root and show_progress:   # batch logs: one line per Case, from rank 0
+    if world.is_root and options.show_progress:   # batch logs: one line per Case, from rank 0
         from ..ui import CaseLines, describe_case, headline
 
         lines = CaseLines(sum(cid not in done for l in suite.launches if l.ranks == world.size
@@ -147,6 +144,6 @@ def run_suite_inside_mpi(suite_path: Path, out_dir: Path | None, *, resume: bool
         meta = folder.read_meta()
         close_meta(meta, exclude_pids=pids)
         folder.write_meta(meta)
-        if finish is not None:
-            finish(folder, None)
+        if options.finish is not None:
+            options.finish(folder, None)
     return folder.path

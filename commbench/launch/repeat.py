@@ -34,7 +34,7 @@ def on_root(fn):
     return value
 
 
-def default_out(suite_path: Path, out: Path | None, resume: bool, flag: str, what: str) -> Path:
+def default_out(suite, out: Path | None, resume: bool, flag: str, what: str) -> Path:
     """``out``, or a new folder under the default results when none was given; a --resume or an MPI
     job (whose ranks would each pick their own) needs ``--out``: ``what`` says what it names."""
     if out is not None:
@@ -42,10 +42,9 @@ def default_out(suite_path: Path, out: Path | None, resume: bool, flag: str, wha
     if resume or inside_mpi_job():
         raise CommbenchError(f"{flag} with --resume, or inside an MPI job, needs --out: {what}.")
     from ..runfolder import new_run_dir
-    from ..suite import load_suite
     from .prepare import DEFAULT_RESULTS
 
-    return new_run_dir(DEFAULT_RESULTS, load_suite(suite_path).name)
+    return new_run_dir(DEFAULT_RESULTS, suite.name)
 
 
 def _check(out: Path, n: int, resume: bool) -> None:
@@ -58,14 +57,14 @@ def _check(out: Path, n: int, resume: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def run_repeats(suite_path: Path, out: Path | None, n: int, *, resume: bool, force: bool, run_one) -> list[Path]:
-    """Run the suite ``n`` times; ``run_one(suite, out_dir, resume)`` runs one repeat. A --resume
+def run_repeats(suite, out: Path | None, n: int, *, resume: bool, run_one) -> list[Path]:
+    """Run the Suite ``suite`` ``n`` times; ``run_one(out_dir, resume)`` runs one repeat. A --resume
     continues the repeats that exist and starts the ones that do not."""
-    out = default_out(suite_path, out, resume, "--repeat", "the folder that holds (or will hold) "
+    out = default_out(suite, out, resume, "--repeat", "the folder that holds (or will hold) "
                       "repeat-1 ... repeat-N")
     on_root(lambda: _check(out, n, resume))
     done = []
     for folder in repeat_folders(out, n):
         again = on_root(lambda f=folder: resume and f.exists() and any(f.iterdir()))
-        done.append(Path(run_one(suite_path, folder, again)))
+        done.append(Path(run_one(folder, again)))
     return done

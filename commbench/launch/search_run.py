@@ -15,8 +15,8 @@ from typing import Callable
 
 from ..families.base import Case
 from ..suite.launches import Launch
-from .search_judge import GroupJudge, compared, gpu_values
-from .search_plan import SETTINGS, STRATEGY, Outcome, SearchPlanner
+from ..placement.search_judge import GroupJudge, compared, gpu_values
+from ..placement.search_plan import SETTINGS, STRATEGY, Outcome, SearchPlanner
 
 Group = tuple[str, ...]
 # run_wave(launches, cases, phase): runs the launches at once (their pending Cases) and returns

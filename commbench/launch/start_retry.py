@@ -5,18 +5,14 @@ times (suite key, COMMBENCH_LAUNCH_RETRIES over it; default 1) after a short pau
 within the wave's time limit. A launch in which a rank started is never started again here."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import CommbenchError
-from ..suite.launch_keys import DEFAULT_LAUNCH_RETRIES, LAUNCH_RETRIES_KEY, parse_launch_retries
 from .start_failure import start_failure
 
-RETRIES_VAR = "COMMBENCH_LAUNCH_RETRIES"
 BACKOFF_S = 2.0   # pause before retry n: n times this (a loaded machine or a slow node gets a moment)
 
 
@@ -26,23 +22,6 @@ class StartFailure:
     attempts: int
     message: str   # the first line of the launcher's start-failure message
     why_stopped: str = ""   # set when retries were left but the wave's time was not
-
-
-def launch_retries(suite_path) -> int:
-    """How often a launch that failed to start is started again: COMMBENCH_LAUNCH_RETRIES, else the
-    suite's top-level ``launch_retries`` (validated when the suite loaded), else 1."""
-    given = os.environ.get(RETRIES_VAR, "").strip()
-    if given:
-        try:
-            return parse_launch_retries(given)
-        except ValueError as exc:
-            raise CommbenchError(f"{RETRIES_VAR}: {exc}") from None
-    from ..suite.yaml_lines import load_yaml
-
-    doc = load_yaml(Path(suite_path), CommbenchError)
-    if not isinstance(doc, dict) or doc.get(LAUNCH_RETRIES_KEY) is None:
-        return DEFAULT_LAUNCH_RETRIES
-    return parse_launch_retries(doc[LAUNCH_RETRIES_KEY])
 
 
 def failed_to_start_reason(failure: StartFailure) -> str:

@@ -17,12 +17,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import CommbenchError
 from ..runfolder.writer import storage_marks, truncate_to
-from .lifeline import PARENT_VAR, die_with_parent_hook, parent_token
+from ..runfolder.writers_lock import ATTEMPT_VAR, set_current_attempt
+from .lifeline import (PARENT_VAR, attempt_value, die_with_parent_hook, end_attempt, parent_token, track,
+                       untrack)
 from .mpiexec import launcher_argv
 from ..safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
+KILL_GRACE_S = 5.0      # a killed launch's launcher gets this long to stop its daemons and ranks
 POLL_S = 0.1            # progress events and timeouts are looked at this often; an exit ends the wait
 
 
@@ -34,6 +38,7 @@ class LaunchOutcome:
     started: list[str]
     finished: list[str]
     wall_s: float
+    attempt: int = 0   # the attempt this was (task["attempt"]): the `attempt` of the rows it settles
 
 
 def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
@@ -62,8 +67,10 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     progress = Path(task["progress"])
     env = launch_env(run_dir, variant_env, allow_multicast)
     env[PARENT_VAR] = parent_token()   # the ranks exit when this process is gone (launch/lifeline.py)
+    # marks every process of this attempt, and is the only attempt of the launch allowed to write
+    env[ATTEMPT_VAR] = marker = attempt_value(task["launch_id"], task["attempt"])
     forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR",
-                                                                         EXPECTED_VAR, PARENT_VAR})
+                                                                         EXPECTED_VAR, PARENT_VAR, ATTEMPT_VAR})
     argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded, tuple(task.get("hosts", ()))) + [
         sys.executable, "-m", "commbench.rank", str(run_dir), str(task_path)]
     log_path = run_dir / task["log"]
@@ -75,25 +82,44 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     with open(log_path, "a") as log:
         log.write(f"\n=== launch {task['launch_id']} attempt {task['attempt']}: {' '.join(argv)}\n")
         log.flush()
+        set_current_attempt(run_dir, task["launch_id"], marker)
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, pass_fds=keep_fds,
                                 preexec_fn=die_with_parent_hook())   # SIGTERM when commbench dies
+        track(proc.pid, marker)   # the keeper and an exit of this process end it too
         timed_out = None
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
-                                            log, started, finished, cancel, shared, deadline)
+                                            log, started, finished, marker, cancel, shared, deadline)
         except BaseException:
             # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
-            _kill(proc)
+            _kill(proc, marker)
             log.write("\n=== commbench: interrupted; launch killed\n")
             raise
+        finally:
+            _settle_tree(run_dir, task["launch_id"], proc, marker, log)
     rc = proc.poll()
     crashed = current if (timed_out is None and rc not in (0, None)) else None
-    return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0)
+    return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0, task["attempt"])
+
+
+def _settle_tree(run_dir: Path, launch_id: int, proc: subprocess.Popen, marker: str, log) -> None:
+    """The launcher exited (or was killed): nothing of this attempt may run on or write after it.
+    Whatever it left behind (ranks of a launcher killed by someone else keep measuring) is killed
+    before the launch can start again, and the attempt loses its right to write the folder."""
+    left = end_attempt(proc, marker, grace_s=0.0)
+    if left:
+        log.write(f"\n=== commbench: the launcher exited with {left} process(es) of its launch still "
+                  f"running; killed them\n")
+    try:
+        set_current_attempt(run_dir, launch_id, "")
+    except (OSError, CommbenchError):   # a full disk: what is left of the attempt is dead anyway
+        pass
+    untrack(proc.pid)
 
 
 def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
-               log, started: list, finished: list, cancel=None,
+               log, started: list, finished: list, marker: str, cancel=None,
                shared: bool = False, deadline: float | None = None) -> tuple[str | None, str | None]:
     """Follow progress events until the ranks exit or the current Case overruns its timeout.
 
@@ -126,7 +152,7 @@ def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on
                 # kill may still finish the Case): it is cut off once every rank is dead.
                 marks = None if shared else storage_marks(run_dir)
                 _dump_stacks(run_dir, task["launch_id"], since=started_at)
-                _kill(proc)
+                _kill(proc, marker)
                 if marks is not None:
                     truncate_to(run_dir, marks)
                 why = "at the wave time limit" if over else f"after {limit:.0f} s without progress"
@@ -192,46 +218,8 @@ def _dump_stacks(run_dir: Path, launch_id: int, since: float) -> None:
         time.sleep(1.0)
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """Terminate the launcher's process group, then kill every process of its session: ranks run
-    in process groups of their own, and a stopped rank outlives a polite signal."""
-    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    _kill_session(proc.pid)
-
-
-def _kill_session(sid: int, wait_s: float = 5.0) -> None:
-    """SIGKILL every process of session ``sid`` (this host) and wait until none is left."""
-    deadline = time.time() + wait_s
-    while True:
-        alive = _session_members(sid)
-        if not alive or time.time() > deadline:
-            return
-        for pid in alive:
-            try:
-                os.kill(pid, signal.SIGKILL)   # also ends a stopped process
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.05)
-
-
-def _session_members(sid: int) -> list[int]:
-    """Live (not zombie) processes of session ``sid``, from /proc (Linux; elsewhere none found)."""
-    out = []
-    for entry in Path("/proc").glob("[0-9]*/stat") if Path("/proc/self/stat").exists() else []:
-        try:
-            fields = entry.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # after the command: state, ppid, pgrp, session, ...
-        if len(fields) > 3 and fields[3] == str(sid) and fields[0] not in ("Z", "X"):
-            out.append(int(entry.parent.name))
-    return out
+def _kill(proc: subprocess.Popen, marker: str) -> None:
+    """Stop a launch: SIGTERM to the launcher's group, then (after up to KILL_GRACE_S, or at once
+    once the launcher is gone) SIGKILL to every process of its session and of its marker: ranks
+    run in process groups of their own, and a stopped rank outlives a polite signal."""
+    end_attempt(proc, marker, grace_s=KILL_GRACE_S)

@@ -19,34 +19,7 @@ from ..units import parse_duration
 
 
 WAVES_VAR = "COMMBENCH_WAVES"   # "0": every launch a wave alone, as before waves (for comparisons)
-WAVE_TIMEOUT_VAR = "COMMBENCH_WAVE_TIMEOUT"   # the wave time limit from the command line (over the suite's)
-WAVE_TIMEOUT_KEY = "wave_timeout"
 PREVIEW_WAVES = 4   # a --dry-run shows a search's first waves (those of a run in which every group passes)
-
-
-def wave_timeout_s(suite_path) -> float | None:
-    """The most one wave may take, in seconds: COMMBENCH_WAVE_TIMEOUT, else the suite's top-level
-    ``wave_timeout``, else None (no limit; each Case keeps its own ``timeout_s``)."""
-    from pathlib import Path
-
-    from ..errors import CommbenchError
-    from ..suite.yaml_lines import load_yaml
-
-    given = os.environ.get(WAVE_TIMEOUT_VAR, "").strip()
-    where = WAVE_TIMEOUT_VAR
-    if not given:
-        doc = load_yaml(Path(suite_path), CommbenchError)
-        if not isinstance(doc, dict) or doc.get(WAVE_TIMEOUT_KEY) is None:
-            return None
-        given = doc[WAVE_TIMEOUT_KEY]
-        where = f"{suite_path}:{doc.line_of(WAVE_TIMEOUT_KEY)}: field '{WAVE_TIMEOUT_KEY}'"
-    try:
-        seconds = parse_duration(given)
-    except ValueError as exc:
-        raise CommbenchError(f"{where}: {exc}") from None
-    if seconds <= 0:
-        raise CommbenchError(f"{where}: a wave time limit must be above 0 s")
-    return seconds
 
 
 def waves_on() -> bool:
@@ -241,7 +214,7 @@ def schedule_lines(launches: Sequence, estimate: Estimate | None) -> list[str]:
 def _search_lines(launch, estimate: Estimate | None) -> tuple[list[str], float, float, int, int]:
     """A search's schedule: its first waves (every group passing), and its worst-case waves; the
     projected time counts the worst case at the cost of one group's launch a wave."""
-    from .search_plan import SETTINGS, preview, worst_case_waves
+    from ..placement.search_plan import SETTINGS, preview, worst_case_waves
 
     settings = {k: v for k, v in launch.search if k in SETTINGS}
     cases = len(launch.case_ids)
@@ -283,24 +256,3 @@ def price(launches: Sequence, launch_cost: str | None = None, estimate_from=None
         estimate = (Estimate(cost, estimate.case_s, f"{estimate.source}, --launch-cost {launch_cost}")
                     if estimate else Estimate(cost, {}, f"--launch-cost {launch_cost} per launch"))
     return schedule_lines(launches, estimate)
-
-
-def print_dry_run(suite_path, dry_run: bool, launch_cost: str | None, estimate_from) -> None:
-    """`accept --dry-run`: the acceptance suite's schedule, priced; nothing measured or written."""
-    import click
-
-    from ..errors import CommbenchError
-    from ..suite import load_suite
-
-    if not dry_run:
-        raise click.UsageError("--launch-cost and --estimate-from price a --dry-run")
-    if not str(suite_path).endswith((".yaml", ".yml")):
-        raise CommbenchError(f"--dry-run prices a suite to run; {suite_path} is not a suite file")
-    suite = load_suite(suite_path)
-    try:
-        lines = price(suite.launches, launch_cost, estimate_from)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--launch-cost") from None
-    click.echo(f"{suite.name}: {len(suite.cases)} Cases in {len(suite.launches)} launches")
-    for line in lines:
-        click.echo(line)

@@ -9,12 +9,12 @@ from pathlib import Path
 from ..families.base import Case
 from ..safety import KILL_SWITCHES, active_kill_switches
 from .expand import expand_bench
-from .launch_keys import check_launch_keys
 from .launches import Launch, group_launches, keep_only
 from .limits import SuiteLimits
 from .node_keys import NodeSpec, check_node_keys
 from .overrides import ONLY_KEY, apply_overrides
 from .schema import ALIASES, COMMON_KEYS, TOP_KEYS, SuiteErrors
+from .settings import SuiteSettings, read_settings
 from .shape import check_bench
 from .yaml_lines import LineDict, LineList, load_yaml
 
@@ -27,6 +27,7 @@ class Suite:
     launches: list[Launch] = field(default_factory=list)
     share_gpu: bool = False   # `share_gpu: true`: ranks may share a GPU (suite/node_keys.py)
     node: NodeSpec = field(default_factory=NodeSpec)   # `node:`: what each node must have
+    settings: SuiteSettings = field(default_factory=SuiteSettings)   # how it runs (suite/settings.py)
 
 
 def load_suite(path: Path | str, *, gpu_count: int | None = None,
@@ -50,7 +51,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
     for key in raw:
         if key not in TOP_KEYS:
             err.add(raw.line_of(key), str(key), f"unknown key (expected one of: {', '.join(TOP_KEYS)})")
-    check_launch_keys(raw, err)
+    settings = read_settings(raw, err)
     share_gpu, node = check_node_keys(raw, err)
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
@@ -70,7 +71,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         benches = LineList()
     if gpu_count is None:
         gpu_count = _gpu_count_hint()
-    suite = Suite(name=name, path=path)
+    suite = Suite(name=name, path=path, settings=settings)
     suite.share_gpu, suite.node = share_gpu, node
     seen_names: set[str] = set()
     for i, bench in enumerate(benches):

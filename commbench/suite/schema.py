@@ -34,8 +34,8 @@ COMMON_KEYS: dict[str, str] = {
               "metric, max_excess_pct, min_share} (docs/accept.md, \"Strategies\")",
 }
 PLACEMENTS = ("together", "per_node", "pairs", "search")
-# placement: search's settings and their defaults: the planner's (launch/search_plan.py) and how a
-# group's rows are judged (launch/search_judge.py)
+# placement: search's settings and their defaults: the planner's (placement/search_plan.py) and how a
+# group's rows are judged (placement/search_judge.py)
 SEARCH_DEFAULTS: dict[str, int | float | str] = {
     "seed": 0, "matchings": 2, "group_size": 8, "confirmations": 2, "max_waves": 40,
     "metric": "time_us", "max_excess_pct": 50.0, "min_share": 0.5}

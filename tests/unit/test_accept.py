@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from commbench.analysis.accept.junit import junit_xml
 from commbench.analysis.accept.verdict import evaluate
 from commbench.analysis.accept.localize import slow_from_samples
-from commbench.launch.blame import blame_pairs
+from commbench.placement.blame import blame_pairs
 from commbench.sysinfo.hosts import round_robin_pairs
 from commbench.analysis.accept.rules import RulesError, load_rules
-from commbench.analysis.commands import accept_cmd
+from commbench.commands.accept_cmd import accept_cmd
 from commbench.runfolder.reader import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +156,7 @@ def test_blame_names_the_node_in_every_failing_pair():
     assert blame_pairs({p: True for p in results})["node"] is None
     from commbench.analysis.accept import localize
 
-    assert not hasattr(localize, "blame_pairs")   # one home: imported from launch/blame.py, not re-exported
+    assert not hasattr(localize, "blame_pairs")   # one home: imported from placement/blame.py, not re-exported
 
 
 def test_junit_counts():
@@ -170,10 +170,10 @@ def test_junit_counts():
 
 @pytest.mark.parametrize("where", ["missing/a.xml", "folder"])
 def test_an_unwritable_junit_path_is_refused_before_the_suite_runs(tmp_path, monkeypatch, where):
-    import commbench.launch.orchestrate as orchestrate
+    import commbench.launch.run as run
 
     started = []
-    monkeypatch.setattr(orchestrate, "run_suite", lambda *a, **k: started.append(a) or RUNS / "cpu-base")
+    monkeypatch.setattr(run.Run, "execute", lambda *a, **k: started.append(a) or RUNS / "cpu-base")
     (tmp_path / "folder").mkdir()
     from commbench.cli import cli
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from commbench.analysis.commands import accept_cmd
+from commbench.commands.accept_cmd import accept_cmd
 from tests.unit.test_accept import RING_RULE
 
 ROOT = Path(__file__).resolve().parents[2]

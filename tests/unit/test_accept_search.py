@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from commbench.launch.search_plan import Outcome, SearchPlanner, preview, worst_case_waves
+from commbench.placement.search_plan import Outcome, SearchPlanner, preview, worst_case_waves
 from commbench.analysis.accept.simulate import run_one
 from commbench.analysis.accept.search_check import search_verdicts
 

@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -19,7 +20,8 @@ from commbench.analysis.accept.rule_check import select
 from commbench.analysis.accept.rules import RulesError, load_rules
 from commbench.analysis.accept.verdict import evaluate
 from commbench.cli import cli
-from commbench.launch.burnin import burnin_exit_status, last_pass, run_burnin, stamp_pass, suite_duration_s
+from commbench.launch.burnin import burnin_exit_status, last_pass, run_burnin, stamp_pass
+from commbench.suite import load_suite
 from commbench.runfolder import RunFolder
 from commbench.runfolder.reader import Run
 from commbench.units import parse_duration
@@ -42,11 +44,11 @@ def test_parse_duration_refuses(bad):
 
 def test_suite_duration_key(tmp_path):
     suite = tmp_path / "s.yaml"
-    suite.write_text("name: s\nduration: 30m\nbenchmarks: []\n")
-    assert suite_duration_s(suite) == 1800
-    suite.write_text("name: s\nduration: soon\nbenchmarks: []\n")
-    with pytest.raises(Exception, match=r"s.yaml:2: field 'duration'"):
-        suite_duration_s(suite)
+    suite.write_text(SUITE.replace("SPIN", "100").replace("name: burn\n", "name: burn\nduration: 30m\n"))
+    assert load_suite(suite, gpu_count=0).settings.duration_s == 1800
+    suite.write_text(SUITE.replace("SPIN", "100").replace("name: burn\n", "name: burn\nduration: soon\n"))
+    with pytest.raises(Exception, match=r"s.yaml:2: duration: bad duration"):
+        load_suite(suite, gpu_count=0)
 
 
 def _rules(tmp_path, body: str):
@@ -152,6 +154,9 @@ rules:
 """
 
 
+NAMED = SimpleNamespace(name="s")   # what a burn-in reads of its Suite: the name
+
+
 def _passes(out: Path) -> list:
     return [r.get("pass") for r in RunFolder(out).rows()]
 
@@ -160,12 +165,12 @@ def test_passes_stop_at_the_first_boundary_after_the_duration(tmp_path):
     now = [0.0]
     calls = []
 
-    def run_one(suite, out, again, before_finish):
+    def run_one(out, again, before_finish):
         calls.append(again)
         now[0] += 2.0   # a pass of 2 s
         return out
 
-    out, passes = run_burnin(tmp_path / "s.yaml", tmp_path / "run", 5.0, resume=False, run_one=run_one,
+    out, passes = run_burnin(NAMED, tmp_path / "run", 5.0, resume=False, run_one=run_one,
                              clock=lambda: now[0])
     assert (out, passes, calls) == (tmp_path / "run", 3, [False, True, True])   # 2, 4, then 6 s >= 5 s
 
@@ -174,22 +179,22 @@ def test_a_burnin_folder_is_only_continued_with_resume(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "results.jsonl").write_text("")
     with pytest.raises(Exception, match="--resume"):
-        run_burnin(tmp_path / "s.yaml", tmp_path / "run", 5.0, resume=False, run_one=None)
+        run_burnin(NAMED, tmp_path / "run", 5.0, resume=False, run_one=None)
 
 
 def test_burnin_and_repeat_without_out_pick_a_new_folder_unless_resumed(tmp_path, monkeypatch):
     from commbench.launch.repeat import run_repeats
 
-    suite = tmp_path / "s.yaml"
-    suite.write_text(SUITE.replace("SPIN", "100"))
+    (tmp_path / "s.yaml").write_text(SUITE.replace("SPIN", "100"))
+    suite = load_suite(tmp_path / "s.yaml", gpu_count=0)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(Exception, match="--duration with --resume.*needs --out: the run folder"):
         run_burnin(suite, None, 5.0, resume=True, run_one=None)
     with pytest.raises(Exception, match="--repeat with --resume.*needs --out: the folder that holds"):
-        run_repeats(suite, None, 2, resume=True, force=False, run_one=None)
+        run_repeats(suite, None, 2, resume=True, run_one=None)
     out, passes = run_burnin(suite, None, 0.0, resume=False, run_one=lambda *a: None)
     assert passes == 1 and out.parent == Path("results") and out.is_dir()
-    done = run_repeats(suite, None, 2, resume=False, force=False, run_one=lambda s, f, again: f)
+    done = run_repeats(suite, None, 2, resume=False, run_one=lambda f, again: f)
     assert [p.name for p in done] == ["repeat-1", "repeat-2"] and done[0].parent.parent == Path("results")
 
 
@@ -273,25 +278,29 @@ def test_resume_finishes_a_pass_a_kill_left_unstamped_then_numbers_on(tmp_path):
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     now, seen = [0.0], []
 
-    def run_one(suite, out_dir, again, before_finish):
+    def run_one(out_dir, again, before_finish):
         seen.append((again, before_finish.__defaults__[0]))   # the pass number it will stamp
         now[0] += 1.0
         return out_dir
 
-    assert run_burnin(tmp_path / "s.yaml", out, 1.5, resume=True, run_one=run_one, clock=lambda: now[0]) == (out, 2)
+    assert run_burnin(NAMED, out, 1.5, resume=True, run_one=run_one, clock=lambda: now[0]) == (out, 2)
     assert seen == [(True, 2), (True, 3)]
 
 
 def test_duration_option_and_suite_key(tmp_path):
-    from commbench.cli import _duration_s
+    from click.testing import CliRunner
 
-    suite = tmp_path / "s.yaml"
-    suite.write_text("name: s\nduration: 2m\nbenchmarks: []\n")
-    assert _duration_s(suite, None, 1) == 120 and _duration_s(suite, "90s", 1) == 90   # the option wins
-    with pytest.raises(Exception, match="--repeat"):
-        _duration_s(suite, None, 3)
+    from commbench.commands.run_cmd import _cli_duration_s
+
+    assert _cli_duration_s("90s") == 90 and _cli_duration_s(None) is None
     with pytest.raises(Exception, match="--duration"):
-        _duration_s(suite, "forever", 1)
+        _cli_duration_s("forever")
+    suite = tmp_path / "s.yaml"
+    suite.write_text(SUITE.replace("SPIN", "100").replace("name: burn\n", "name: burn\nduration: 2m\n"))
+    result = CliRunner().invoke(cli, ["run", str(suite), "--repeat", "3", "--dry-run"])
+    assert result.exit_code == 2 and "--repeat" in result.output
+    result = CliRunner().invoke(cli, ["run", str(suite), "--duration", "-5m", "--dry-run"])
+    assert result.exit_code == 2 and "--duration" in result.output
 
 
 def _samples(folder, cid, times, **extra):

@@ -18,10 +18,14 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("families", {"families"}),
     ("runner", {"runner"}),
     ("suite", {"suite"}),
+    ("placement", {"placement"}),
     ("launch", {"launch", "rank"}),
     ("analysis", {"analysis", "verdict"}),
-    ("cli", {"cli", "__main__"}),
+    ("cli", {"cli", "__main__", "commands"}),
 ]
+# Rooms of one floor or of floors apart that must not know each other: what reads stored runs never
+# starts one (the commands that start runs live in the CLI layer).
+APART: set[tuple[str, str]] = {("analysis", "launch"), ("verdict", "launch")}
 LEVEL = {pkg: level for level, (_name, members) in enumerate(FLOORS) for pkg in members}
 
 
@@ -46,6 +50,12 @@ def test_the_ground_floor_imports_nothing_above_it():
 def test_no_floor_imports_one_above_it():
     up = {(a, b) for a, b in upward_imports(package_edges()) if frozenset({a, b}) not in TO_BE_REMOVED}
     assert not up, f"imports that reach a higher floor: {sorted(up)}"
+
+
+def test_analysis_never_imports_launch():
+    packages = package_edges()
+    crossing = sorted((a, b) for a, b in APART if b in packages.get(a, set()))
+    assert not crossing, f"these import what they must not (docs/design.md, Floors): {crossing}"
 
 
 def test_an_upward_import_is_seen():

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from commbench import safety
 from commbench.analysis import runsets
 from commbench.cli import cli
-from commbench.launch import orchestrate
+from commbench.launch import group
 from commbench.runfolder import new_run_dir
 from commbench.suite import load_suite
 
@@ -33,7 +33,7 @@ def test_a_switch_the_suite_turns_on_is_labelled_as_held(tmp_path, no_site_switc
     assert "NCCL_ALGO=Ring" in case.variant
     # what the ranks get, and what run.json's launch says they got
     assert safety.launch_env(tmp_path, dict(case.env), allow_multicast=False)["NCCL_NVLS_ENABLE"] == "0"
-    record = orchestrate._launch_record(suite.launches[0], held_off=True)
+    record = group.launch_record(suite.launches[0], held_off=True)
     assert record["env"]["NCCL_NVLS_ENABLE"] == "0" and record["env_not_held"] == {"NCCL_NVLS_ENABLE": "1"}
     assert record["status"] == "running"
 
@@ -44,7 +44,7 @@ def test_an_opted_in_case_keeps_its_label(tmp_path, no_site_switches):
                     "params: {allow_multicast: true}, env: {NCCL_NVLS_ENABLE: '1'}}\n")
     suite = load_suite(path, gpu_count=2)
     assert all(c.variant == "NCCL_NVLS_ENABLE=1" for c in suite.cases)
-    assert "env_not_held" not in orchestrate._launch_record(suite.launches[0], held_off=False)
+    assert "env_not_held" not in group.launch_record(suite.launches[0], held_off=False)
 
 
 @pytest.mark.parametrize("var", ["COMMBENCH_MAX_YAML_NODES", "COMMBENCH_MAX_YAML_BYTES"])

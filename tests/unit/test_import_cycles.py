@@ -92,7 +92,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read():
     graph = _edges(_modules())
     assert "commbench.runfolder.schema" in graph["commbench.runfolder.writer"]
-    assert "commbench.launch.orchestrate" in graph
+    assert "commbench.launch.run" in graph
 
 
 def test_no_import_cycle():
@@ -156,9 +156,12 @@ def _importers_of(package: str, graph: dict[str, set[str]]) -> set[str]:
 
 
 def test_only_the_cli_imports_analysis():
-    """analysis (report, compare, accept) sits on top: launch runs a suite and hands the stored run to
+    """analysis (report, compare, accept) sits on top, under the CLI layer (cli.py, commands/): launch
+    runs a suite and hands the stored run to
     the caller's finish, profile keeps data functions the report draws; neither imports analysis."""
-    assert _importers_of("commbench.analysis", _edges(_modules())) == {"commbench.cli"}
+    importers = _importers_of("commbench.analysis", _edges(_modules()))
+    assert "commbench.cli" in importers
+    assert {m for m in importers if m != "commbench.cli" and not m.startswith("commbench.commands.")} == set()
 
 
 def test_the_report_does_not_import_the_families():

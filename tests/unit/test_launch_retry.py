@@ -15,7 +15,7 @@ from commbench.cli import cli
 from commbench.errors import CommbenchError
 from commbench.launch import start_retry
 from commbench.launch.start_failure import START_FAILURES, launcher_message, ranks_reported, start_failure
-from commbench.launch.start_retry import launch_retries, start_until_ranks_run
+from commbench.launch.start_retry import start_until_ranks_run
 from commbench.runfolder.reader import load
 from commbench.suite import load_suite
 from tests.conftest import needs_mpi
@@ -264,12 +264,12 @@ def test_the_setting_comes_from_env_then_suite_then_default(tmp_path, monkeypatc
     monkeypatch.delenv("COMMBENCH_LAUNCH_RETRIES", raising=False)
     path = tmp_path / "s.yaml"
     path.write_text(SUITE)
-    assert launch_retries(path) == 1
+    retries = lambda: load_suite(path, gpu_count=8).settings.launch_retries   # noqa: E731
+    assert retries() == 1
     path.write_text("launch_retries: 3\n" + SUITE)
-    load_suite(path, gpu_count=8)
-    assert launch_retries(path) == 3
+    assert retries() == 3
     monkeypatch.setenv("COMMBENCH_LAUNCH_RETRIES", "0")
-    assert launch_retries(path) == 0
+    assert retries() == 0
     monkeypatch.setenv("COMMBENCH_LAUNCH_RETRIES", "lots")
-    with pytest.raises(CommbenchError, match="COMMBENCH_LAUNCH_RETRIES"):
-        launch_retries(path)
+    with pytest.raises(CommbenchError, match="COMMBENCH_LAUNCH_RETRIES"):   # refused at load: before any folder
+        retries()

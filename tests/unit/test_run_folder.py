@@ -133,7 +133,7 @@ def test_a_kill_after_the_victims_row_landed_retries_the_remaining_cases(tmp_pat
     (it used to be marked failed as if the launch had died before starting)."""
     import textwrap
 
-    from commbench.launch import orchestrate
+    from commbench.launch import group
     from commbench.launch.supervise import LaunchOutcome
     from commbench.suite import load_suite
 
@@ -168,8 +168,9 @@ def test_a_kill_after_the_victims_row_landed_retries_the_remaining_cases(tmp_pat
         def event(self, _):
             pass
 
-    monkeypatch.setattr(orchestrate, "run_launch", fake_launch)
-    orchestrate._run_group(folder, suite.launches[0], ids, by_id, Display())
+    monkeypatch.setattr(group, "run_launch", fake_launch)
+    record = group.launch_record(suite.launches[0], held_off=True)
+    group.run_group(group.GroupContext(folder, by_id, Display()), suite.launches[0], ids, record)
     assert calls == [ids, ids[2:]]
     assert [(r["case_id"], r["status"]) for r in csv_rows(folder)] == [(cid, "ok") for cid in ids]
 

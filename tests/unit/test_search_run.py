@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from tests.unit.test_waves import pseudo_hosts
-from commbench.launch.search_judge import GroupJudge
+from commbench.placement.search_judge import GroupJudge
 
 HOSTS = [f"h{i:02d}" for i in range(13)]
 HUNG, SLOW_NET, LINK = "h01", "h05", ("h07", "h08")
@@ -67,7 +67,7 @@ def fabric_launch(calls):
 
 
 def _seed_meeting_the_link():
-    from commbench.launch.search_plan import SearchPlanner
+    from commbench.placement.search_plan import SearchPlanner
 
     for seed in range(500):
         p = SearchPlanner(HOSTS, seed=seed)
@@ -81,16 +81,17 @@ def _seed_meeting_the_link():
 
 @pytest.fixture
 def search_run(tmp_path, monkeypatch):
-    from commbench.launch import orchestrate
+    from commbench.launch import group
+    from tests.unit.run_helpers import run_suite_file
 
     monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(HOSTS))
     monkeypatch.setenv("COMMBENCH_WAVE_TIMEOUT", "0.5s")
     calls = []
-    monkeypatch.setattr(orchestrate, "run_launch", fabric_launch(calls))
+    monkeypatch.setattr(group, "run_launch", fabric_launch(calls))
     suite = tmp_path / "s.yaml"
     suite.write_text(SUITE.replace("SEED", str(_seed_meeting_the_link())))
     shown = io.StringIO()   # the progress lines as a batch log gets them
-    out = orchestrate.run_suite(suite, tmp_path / "run", console=Console(file=shown, force_terminal=False, width=200),
+    out = run_suite_file(suite, tmp_path / "run", console=Console(file=shown, force_terminal=False, width=200),
                                 show_progress=True)
     return suite, out, calls, shown.getvalue()
 
@@ -129,13 +130,14 @@ def test_search_names_the_hung_node_the_slow_network_and_the_bad_link(search_run
 
 
 def test_resume_replays_the_search_and_runs_only_what_is_missing(search_run, monkeypatch):
-    from commbench.launch import orchestrate
+    from commbench.launch import group
+    from tests.unit.run_helpers import run_suite_file
 
     suite, out, first, _shown = search_run
     before = json.loads((out / "run.json").read_text())["searches"][0]
     calls = []
-    monkeypatch.setattr(orchestrate, "run_launch", fabric_launch(calls))
-    orchestrate.run_suite(suite, out, resume=True, show_progress=False)
+    monkeypatch.setattr(group, "run_launch", fabric_launch(calls))
+    run_suite_file(suite, out, resume=True, show_progress=False)
     after = json.loads((out / "run.json").read_text())["searches"][0]
     assert after["waves"] == before["waves"]
     assert {h for h, _d in calls} == {(HUNG,)}   # only its timed-out Cases run again
@@ -198,7 +200,7 @@ def test_with_too_few_peers_of_its_size_a_group_is_compared_with_larger_ones():
 def test_gpu_values_rate_each_gpu_of_a_node_alone_over_its_cases():
     import pandas as pd
 
-    from commbench.launch.search_judge import gpu_values
+    from commbench.placement.search_judge import gpu_values
 
     samples = pd.DataFrame([{"case_id": n + c, "host": n, "gpu": g, "iteration": i,
                              "time_us": t * (3 if (n, g) == ("b", 1) else 1)}

@@ -6,7 +6,7 @@ import io
 import pandas as pd
 from click.testing import CliRunner
 
-from commbench.analysis.commands import accept_cmd
+from commbench.commands.accept_cmd import accept_cmd
 from commbench.analysis.text_table import MIN_WRAP_WIDTH, terminal_width, text_table
 from tests.unit.test_accept import RING_RULE, RUNS, _rules
 

@@ -200,14 +200,15 @@ def test_a_wave_time_limit_ends_a_hung_launch_as_its_own_timeout_rows(tmp_path, 
 
     import pandas as pd
 
-    from commbench.launch import orchestrate
+    from commbench.launch import group
+    from tests.unit.run_helpers import run_suite_file
     from tests.unit.test_search_run import HUNG, fabric_launch
 
     hosts = [HUNG, "h02", "h03", "h04"]
     monkeypatch.setenv("COMMBENCH_HOSTS", ",".join(hosts))
     monkeypatch.delenv("COMMBENCH_WAVE_TIMEOUT", raising=False)
     calls = []
-    monkeypatch.setattr(orchestrate, "run_launch", fabric_launch(calls))
+    monkeypatch.setattr(group, "run_launch", fabric_launch(calls))
     (tmp_path / "w.yaml").write_text(textwrap.dedent("""\
         name: w
         wave_timeout: 0.5s
@@ -217,7 +218,7 @@ def test_a_wave_time_limit_ends_a_hung_launch_as_its_own_timeout_rows(tmp_path, 
           - {name: pair, family: collectives, ops: [all_reduce], backends: [mpi], placement: pairs}
         """))
     t0 = time.time()
-    out = orchestrate.run_suite(tmp_path / "w.yaml", tmp_path / "run", show_progress=False)
+    out = run_suite_file(tmp_path / "w.yaml", tmp_path / "run", show_progress=False)
     rows = pd.read_csv(out / "results.csv")
     node = rows[rows.bench == "node"]
     assert set(node[node.hosts == HUNG].status) == {"timeout"} and len(node[node.hosts == HUNG]) == 2
@@ -232,7 +233,8 @@ def test_a_wave_time_limit_ends_a_hung_launch_as_its_own_timeout_rows(tmp_path, 
 def test_only_the_ranks_of_a_concurrent_wave_are_told_the_folder_is_shared(tmp_path, monkeypatch):
     """per_node over four hosts runs as one wave: each launch's ranks lock their appends; with
     COMMBENCH_WAVES=0 the launches run one by one and none does."""
-    from commbench.launch import orchestrate
+    from commbench.launch import group
+    from tests.unit.run_helpers import run_suite_file
     from commbench.runfolder.writers_lock import SHARED_VAR
     from tests.unit.test_search_run import fabric_launch
 
@@ -244,31 +246,34 @@ def test_only_the_ranks_of_a_concurrent_wave_are_told_the_folder_is_shared(tmp_p
         seen.append(env.get(SHARED_VAR))
         return fake(run_dir, task, env, *a, **kw)
 
-    monkeypatch.setattr(orchestrate, "run_launch", launch)
+    monkeypatch.setattr(group, "run_launch", launch)
     (tmp_path / "w.yaml").write_text(textwrap.dedent("""\
         name: w
         defaults: {ranks: 1, sizes: [1KiB]}
         benchmarks:
           - {name: node, family: collectives, ops: [all_reduce], backends: [mpi], placement: per_node}
         """))
-    orchestrate.run_suite(tmp_path / "w.yaml", tmp_path / "a", show_progress=False)
+    run_suite_file(tmp_path / "w.yaml", tmp_path / "a", show_progress=False)
     assert seen == ["1"] * 4
     seen.clear()
     monkeypatch.setenv("COMMBENCH_WAVES", "0")
-    orchestrate.run_suite(tmp_path / "w.yaml", tmp_path / "b", show_progress=False)
+    run_suite_file(tmp_path / "w.yaml", tmp_path / "b", show_progress=False)
     assert seen == [None] * 4
 
 
 def test_a_wave_time_limit_that_is_not_a_duration_names_the_line(tmp_path, monkeypatch):
     from commbench.errors import CommbenchError
-    from commbench.launch.waves import wave_timeout_s
+    from commbench.suite import load_suite
 
     monkeypatch.delenv("COMMBENCH_WAVE_TIMEOUT", raising=False)
-    (tmp_path / "w.yaml").write_text("name: w\nwave_timeout: soon\nbenchmarks: []\n")
-    with pytest.raises(CommbenchError, match=r"w.yaml:2: field 'wave_timeout'"):
-        wave_timeout_s(tmp_path / "w.yaml")
+    suite = tmp_path / "w.yaml"
+    body = "defaults: {ranks: 1, sizes: [1KiB]}\nbenchmarks:\n  - {name: a, family: harness, ops: [barrier]}\n"
+    suite.write_text("name: w\nwave_timeout: soon\n" + body)
+    with pytest.raises(CommbenchError, match=r"w.yaml:2: wave_timeout: bad duration"):
+        load_suite(suite, gpu_count=0)
     monkeypatch.setenv("COMMBENCH_WAVE_TIMEOUT", "2m")
-    assert wave_timeout_s(tmp_path / "w.yaml") == 120.0
-    monkeypatch.setenv("COMMBENCH_WAVE_TIMEOUT", "0s")
-    with pytest.raises(CommbenchError, match="above 0"):
-        wave_timeout_s(tmp_path / "w.yaml")
+    assert load_suite(suite, gpu_count=0).settings.wave_timeout_s == 120.0   # the variable wins
+    for bad in ("0s", "-5", "nan"):
+        monkeypatch.setenv("COMMBENCH_WAVE_TIMEOUT", bad)
+        with pytest.raises(CommbenchError, match="COMMBENCH_WAVE_TIMEOUT"):
+            load_suite(suite, gpu_count=0)

@@ -10,7 +10,7 @@ Three views, all from stored data:
 - ``host_outliers``: rows from per-node runs (a ``host`` column) compared by a
   robust z-score (median and MAD) of one metric across hosts.
 Pairwise rounds are judged elsewhere: ``round_robin_pairs`` (commbench.sysinfo.hosts) makes a
-schedule where every pair of nodes meets once, and ``blame_pairs`` (commbench.launch.blame) names
+schedule where every pair of nodes meets once, and ``blame_pairs`` (commbench.placement.blame) names
 the node common to every failing pair, or the failing link.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...launch.blame import robust_z
+from ...placement.blame import robust_z
 from .rules import LocalizeSettings
 
 

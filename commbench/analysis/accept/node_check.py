@@ -5,7 +5,7 @@ import dataclasses
 
 import pandas as pd
 
-from ...launch.blame import blame_pairs
+from ...placement.blame import blame_pairs
 from .localize import host_outliers, slow_from_samples
 from .outcome import Verdict
 from .pairs import as_findings, compare_pairs, pair_key, slow_pair_reasons

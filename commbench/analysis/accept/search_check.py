@@ -1,14 +1,14 @@
 """Accept's verdict on a `placement: search` run: the planner replayed from the outcomes the run
 stored (run.json's ``searches``), so the verdict names exactly what the run's waves found.
 
-The replay feeds the planner (launch/search_plan.py) each stored wave's outcomes; the waves it
+The replay feeds the planner (placement/search_plan.py) each stored wave's outcomes; the waves it
 asks for must be the ones stored (same seed, same outcomes), else the record does not belong to
 this planner and the check fails with the reason. A search the run did not finish (interrupted)
 fails too: its names would be half made.
 """
 from __future__ import annotations
 
-from commbench.launch.search_plan import SETTINGS, Outcome, SearchPlanner
+from commbench.placement.search_plan import SETTINGS, Outcome, SearchPlanner
 from .outcome import Verdict
 
 

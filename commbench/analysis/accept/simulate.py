@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from commbench.launch.search_judge import GroupJudge, compared
-from commbench.launch.search_plan import Outcome, SearchPlanner
+from commbench.placement.search_judge import GroupJudge, compared
+from commbench.placement.search_plan import Outcome, SearchPlanner
 
 FAULTS = ("node", "gpu", "network")
 SECONDS_PER_WAVE = 15.0   # a wave costs its slowest launch
@@ -62,7 +62,7 @@ def make_fabric(n_nodes: int, bad: int, seed: int, gpus: int = 8, spread: float 
 
 def play_wave(fab: Fabric, wave: list[tuple[str, ...]], index: dict[str, int], judge=None) -> dict:
     """Each group's Outcome: min over its members' parts with noise, against the floor; or, given
-    the launcher's ``judge`` (launch/search_judge.py), one row per group (time 1/rate, a flaky
+    the launcher's ``judge`` (placement/search_judge.py), one row per group (time 1/rate, a flaky
     launch failed) judged against the groups of its size, as a real search judges its rows."""
     rng, out = fab.rng, {}
     sizes = np.array([len(g) for g in wave])
@@ -181,7 +181,7 @@ def main(argv=None) -> None:
     ap.add_argument("--plot", default=None, help="write a PNG of waves against b")
     ap.add_argument("--judge", choices=("floor", "peers"), default="floor",
                     help="floor: a group passes at --floor of nominal; peers: as the launcher judges rows, "
-                         "against the groups of its size (launch/search_judge.py)")
+                         "against the groups of its size (placement/search_judge.py)")
     args = ap.parse_args(argv)
     fabric_kw = {"gpus": args.gpus, "noise": args.noise, "flake": args.flake, "floor": args.floor,
                  "bad_rate": tuple(args.bad_rate)}

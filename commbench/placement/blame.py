@@ -1,4 +1,4 @@
-"""Naming from outcomes, shared by the search planner (launch/search_plan.py) and accept's
+"""Naming from outcomes, shared by the search planner (placement/search_plan.py) and accept's
 localisation (analysis/accept/): a robust z-score, and the node common to every failing pair."""
 from __future__ import annotations
 
