@@ -38,7 +38,7 @@ AGGREGATES = ("min", "median", "max", "mean")
 RULE_KEYS = {"name", "select", "metric", "aggregate", "op", "value", "pct", "min_rows", "two_sided",
              "drift_pct", "spread_pct"}
 BURNIN_KEYS = ("drift_pct", "spread_pct")   # judged over the passes of a burn-in (accept/drift.py)
-NESTED_KEYS = {"checks", "localize", "require_all_ok"}
+NESTED_KEYS = {"checks", "localize", "require_all_ok", "health"}
 SIZE_COLUMNS = {"size_bytes"}
 # Columns every run has and the family columns docs/results.md names; other columns are
 # checked against the data.
@@ -110,6 +110,7 @@ class RuleSet:
     localize: LocalizeSettings | None
     require_all_ok: bool
     path: Path
+    health: Any = None   # health_rules.HealthRules, or None for `health: false`
 
 
 def _fail(path: Path, line: int, field_name: str, msg: str) -> RulesError:
@@ -281,9 +282,11 @@ def load_rules(path) -> RuleSet:
     require = settings.get("require_all_ok", False)
     if not isinstance(require, bool):
         raise _fail(path, settings.line_of("require_all_ok"), "require_all_ok", "expected true or false")
+    from .health_rules import parse_health   # the `health:` part (docs/accept.md, "Health")
+
     return RuleSet(rules=rules, localize=_localize(settings.get("localize"), path,
                                                    settings.line_of("localize")),
-                   require_all_ok=require, path=path)
+                   require_all_ok=require, path=path, health=parse_health(settings, path))
 
 
 def check_columns(ruleset: RuleSet, columns) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .drift import burnin_checks
+from .health_rules import health_verdicts
 from .node_check import node_verdicts, placement_verdicts, row_verdicts, with_pair_findings
 from .outcome import Verdict
 from .rule_check import evaluate_rule, select
@@ -22,6 +23,7 @@ def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[l
     nodes, findings = node_verdicts(run, ruleset)
     nodes += placement_verdicts(run, ruleset, baseline)
     nodes += search_checks(run.meta)   # placement: search (analysis/accept/search_check.py)
+    nodes += health_verdicts(run, ruleset.health)   # GPU health, whatever the timings (health_rules.py)
     findings = with_pair_findings(findings, run, ruleset)
     suspects = ", ".join(v.check.split(" ", 2)[2] for v in nodes if v.check.startswith("slow host"))
     if suspects:
