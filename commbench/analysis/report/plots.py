@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -16,9 +17,12 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatter, NullLoc
 
 from commbench.units import format_size  # noqa: E402
 
-# Columns that may tell two curves of one op apart; only those that vary get into labels.
+from . import curve_band  # noqa: E402
+
+# Columns that may tell two curves of one op apart; only those that vary get into labels. `hosts`:
+# a placed run (per node, pairs) draws a curve per node or pair (a fleet: outliers and a band).
 LINE_COLUMNS = ("run", "family", "bench", "backend", "variant", "dtype", "in_place",
-                "world_size", "timing")
+                "world_size", "timing", "hosts")
 # Always part of a label so a reader can tell what a line is, even when constant.
 BASE_LABEL = ("backend", "variant")
 
@@ -51,7 +55,7 @@ def _label(key, cols: list[str]) -> str:
     key = key if isinstance(key, tuple) else (key,)
     parts = []
     for c, v in zip(cols, key):
-        if c in ("backend", "variant", "run", "bench"):
+        if c in ("backend", "variant", "run", "bench", "hosts"):
             parts.append(str(v))
         else:
             parts.append(f"{c}={v}")
@@ -112,68 +116,139 @@ def _colors(labels: list[str]) -> dict[str, object]:
     return {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
 
 
-def metric_figure(df: pd.DataFrame, metric: str, title: str = "", params=(), bounds=None):
+def curve_table(sub: pd.DataFrame, metric: str, cols: list[str]) -> pd.DataFrame:
+    """One row per curve (indexed by its label), one column per size: the curve's median there
+    (several rows per size: a parameter sweep not in the label)."""
+    if not cols:
+        table = sub.groupby("size_bytes")[metric].median().to_frame().T
+        table.index = [_label((), cols)]
+        return table
+    table = sub.groupby([*cols, "size_bytes"], sort=True, dropna=False)[metric].median().unstack("size_bytes")
+    table.index = [_label(k, cols) for k in table.index]
+    return table.sort_index(axis=1)
+
+
+@dataclass
+class Panel:
+    """One op's panel: its rows, its curves (curve_table) and, when they are more than a reader
+    can follow (curve_band.MAX_CURVES), each curve's score against the others."""
+
+    op: str
+    rows: pd.DataFrame
+    table: pd.DataFrame
+    scores: pd.DataFrame | None = None   # curve_band.curve_scores, banded panels only
+
+    @property
+    def banded(self) -> bool:
+        return self.scores is not None
+
+
+def figure_panels(df: pd.DataFrame, metric: str, params=()) -> list[Panel]:
+    """The panels of ``metric_figure``: a panel per op of the ok rows, each with its curves."""
+    rows = ok_rows(df)
+    if rows.empty or metric not in rows.columns:
+        return []
+    rows = rows.copy()
+    rows[metric] = pd.to_numeric(rows[metric], errors="coerce")
+    rows["size_bytes"] = pd.to_numeric(rows["size_bytes"]).astype("int64")
+    cols = line_columns(rows, params)   # one labelling for the figure: a line is named alike in every panel
+    panels = []
+    for op, sub in rows.groupby(rows["op"].astype(str), sort=True):
+        table = curve_table(sub, metric, cols)
+        banded = len(table) > curve_band.MAX_CURVES
+        panels.append(Panel(op, sub, table, curve_band.curve_scores(table) if banded else None))
+    return panels
+
+
+def curve_outliers(panels: list[Panel]) -> pd.DataFrame:
+    """The outlier curves of every banded panel (figure_panels): op, curve, curves (in the panel),
+    median_ratio, robust_z, drawn (whether the figure draws it: at most curve_band.MAX_LABELLED
+    per panel)."""
+    recs = []
+    for p in panels:
+        if not p.banded:
+            continue
+        flagged = curve_band.outliers(p.scores)
+        for i, (curve, row) in enumerate(flagged.iterrows()):
+            recs.append({"op": p.op, "curve": curve, "curves": len(p.table),
+                         "median_ratio": round(float(row["median_ratio"]), 3),
+                         "robust_z": round(float(row["robust_z"]), 1), "drawn": i < curve_band.MAX_LABELLED})
+    return pd.DataFrame(recs, columns=["op", "curve", "curves", "median_ratio", "robust_z", "drawn"])
+
+
+def _panel_lines(table: pd.DataFrame) -> list[tuple[str, pd.Series]]:
+    lines = []
+    for lab, pts in table.iterrows():
+        pts = pts[pts > 0]   # log axis: busbw is 0 on one rank, as in nccl-tests (NaN fails too)
+        if not pts.empty:
+            lines.append((lab, pts))
+    return lines
+
+
+def metric_figure(df: pd.DataFrame, metric: str, title: str = "", params=(), bounds=None,
+                  panels: list[Panel] | None = None):
     """One figure: a panel per op, a line per distinct line key (``params``: line_columns).
     ``bounds`` (optional): op -> [(GB/s, label)], drawn as dashed horizontal lines (the ceiling
     of the links, analysis/bounds.py). Returns a Figure or None.
 
-    Up to LEGEND_INSIDE_MAX lines a panel carries its own legend; with more, one legend for the
-    whole figure sits right of the panels, so it never covers a curve."""
-    rows = ok_rows(df)
-    if rows.empty or metric not in rows.columns:
+    A panel with more than curve_band.MAX_CURVES curves draws its outliers and a band for the
+    rest (curve_band.py). Up to LEGEND_INSIDE_MAX legend entries a panel carries its own legend;
+    with more, one legend for the whole figure sits right of the panels, so it never covers a curve.
+    ``panels``: figure_panels(df, metric, params) when the caller has them already."""
+    panels = figure_panels(df, metric, params) if panels is None else panels
+    if not panels:
         return None
-    rows = rows.copy()
-    rows[metric] = pd.to_numeric(rows[metric], errors="coerce")
-    rows["size_bytes"] = pd.to_numeric(rows["size_bytes"]).astype("int64")
-    ops = sorted(rows["op"].astype(str).unique())
-    ncols = min(3, len(ops))
-    nrows = math.ceil(len(ops) / ncols)
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
     ylabel = METRICS.get(metric, (metric, ""))[0]
-    panels = []
-    cols = line_columns(rows, params)   # one labelling for the figure: a line is named alike in every panel
-    for op in ops:
-        sub = rows[rows["op"].astype(str) == op]
-        lines = []
-        for key, line in sub.groupby(cols, sort=True, dropna=False) if cols else [((), sub)]:
-            # Several rows per size (a parameter sweep not in the label): plot the median.
-            pts = line.groupby("size_bytes")[metric].median().sort_index()
-            pts = pts[pts > 0]  # log axis: busbw is 0 on one rank, as in nccl-tests
-            if not pts.empty:
-                lines.append((_label(key, cols), pts))
-        panels.append((op, sub, lines))
-    labels = list(dict.fromkeys(lab for _, _, lines in panels for lab, _ in lines))
+    drawn = [list(curve_band.outliers(p.scores).index[:curve_band.MAX_LABELLED]) if p.banded
+             else [lab for lab, _ in _panel_lines(p.table)] for p in panels]
+    labels = list(dict.fromkeys(lab for labs in drawn for lab in labs))
     colors = _colors(labels)
-    outside = len(labels) > LEGEND_INSIDE_MAX
+    entries = len(labels) + (len(curve_band.BAND_STYLE) if any(p.banded for p in panels) else 0)
+    outside = entries > LEGEND_INSIDE_MAX
     handles = {}
-    for ax, (op, sub, lines) in zip(axes.flat, panels):
-        for lab, pts in lines:
-            handles[lab], = ax.plot(pts.index, pts.values, marker="o", markersize=3, label=lab, color=colors[lab])
-        for gbps, text in (bounds or {}).get(op, ()):
-            ax.axhline(gbps, linestyle="--", linewidth=1, color="0.35")
-            ax.annotate(text, (0.01, gbps), xycoords=("axes fraction", "data"), fontsize=7, color="0.25",
-                        va="bottom")
-        _size_axis(ax, list(sub["size_bytes"]))
-        ax.set_title(op)
-        ax.set_xlabel("size")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="major", alpha=0.3)
-        if lines:
-            _log_value_axis(ax)
-            if not outside:
-                ax.legend(fontsize=7)
+    for ax, p in zip(axes.flat, panels):
+        if p.banded:
+            here = curve_band.draw_band(ax, p.table, p.scores, colors, {lab: lab for lab in p.table.index})
+            n_out = len(curve_band.outliers(p.scores))
+            ax.set_title(f"{p.op}: {len(p.table)} curves, {n_out} outlier{'s' if n_out != 1 else ''}")
         else:
-            ax.text(0.5, 0.5, f"no positive {metric}", ha="center", va="center",
-                    transform=ax.transAxes)
-    for ax in list(axes.flat)[len(ops):]:
+            here = {}
+            for lab, pts in _panel_lines(p.table):
+                here[lab], = ax.plot(pts.index, pts.values, marker="o", markersize=3, label=lab, color=colors[lab])
+            ax.set_title(p.op)
+        handles.update(here)
+        _panel_axes(ax, p, here, ylabel, metric, (bounds or {}).get(p.op, ()), legend=not outside)
+    for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     if outside:
-        fig.legend([handles[lab] for lab in labels if lab in handles], [lab for lab in labels if lab in handles],
+        band_first = [t for _c, t in curve_band.BAND_STYLE.values() if t in handles]
+        order = band_first + [lab for lab in labels if lab in handles]
+        fig.legend([handles[lab] for lab in order], order,
                    loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     return fig
+
+
+def _panel_axes(ax, p: Panel, handles: dict, ylabel: str, metric: str, bounds, legend: bool) -> None:
+    for gbps, text in bounds:
+        ax.axhline(gbps, linestyle="--", linewidth=1, color="0.35")
+        ax.annotate(text, (0.01, gbps), xycoords=("axes fraction", "data"), fontsize=7, color="0.25",
+                    va="bottom")
+    _size_axis(ax, list(p.rows["size_bytes"]))
+    ax.set_xlabel("size")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    if handles:
+        _log_value_axis(ax)
+        if legend:
+            ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, f"no positive {metric}", ha="center", va="center", transform=ax.transAxes)
 
 
 def figure_png(fig) -> bytes:

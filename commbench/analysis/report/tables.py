@@ -74,6 +74,23 @@ def points(df: pd.DataFrame) -> pd.DataFrame:
     return out[[c for c in shown if c in out.columns]].reset_index(drop=True)
 
 
+def size_distribution(df: pd.DataFrame) -> pd.DataFrame:
+    """Per op and size, the spread of its ok points (too many to list one by one: a fleet's nodes,
+    a long sweep): how many, time_us p5 / median / p95 / max, busbw_gbps min / p5 / median."""
+    ok = _ok(df)
+    if ok.empty:
+        return pd.DataFrame()
+    g = ok.groupby(["op", "size_bytes"], sort=True)
+    time_q = g["time_us"].quantile([0.05, 0.5, 0.95]).unstack()
+    bus_q = g["busbw_gbps"].quantile([0.05, 0.5]).unstack()
+    out = pd.DataFrame({"points": g.size(), "time_us_p5": time_q[0.05], "time_us_median": time_q[0.5],
+                        "time_us_p95": time_q[0.95], "time_us_max": g["time_us"].max(),
+                        "busbw_gbps_min": g["busbw_gbps"].min(), "busbw_gbps_p5": bus_q[0.05],
+                        "busbw_gbps_median": bus_q[0.5]}).round(3).reset_index()
+    out.insert(2, "size", out.pop("size_bytes").map(lambda s: format_size(int(s))))
+    return out
+
+
 def unstable(df: pd.DataFrame, factor: float = UNSTABLE_P90_OVER_MEDIAN, params=()) -> pd.DataFrame:
     """ok rows whose p90 exceeds factor x median time (with every parameter that tells them apart)."""
     ok = _ok(df)

@@ -1,0 +1,206 @@
+"""Cost of `compare`, `report` and `accept` as a run folder grows to fleet size (issue 40).
+
+    python benchmarks/fleet_scale.py [--points 1000 10000 100000] [--keep DIR] [--markdown]
+
+For each size it builds synthetic run folders through the real writer (commbench.runfolder:
+results.jsonl appended, results.csv written from it by RunFolder, samples through
+append_samples, run.json through write_meta), so every reader check applies:
+
+- a per-node acceptance over H hosts (placement per_node: rows carry ``host`` and ``hosts``):
+  4 ops x 25 sizes (8 B .. 128 MiB) per host, 2 ranks x 10 iterations = 20 samples per point,
+  H = points / 100 (1,000 hosts at 100k points); one host in 200 (at least one) is 30 % slower;
+- BASE and NEW: the same points, fresh noise, and in NEW 2x slower times on 3 sizes of one op;
+- a rules file with a busbw floor, a time ceiling and ``localize`` on.
+
+Then it runs, each as its own child process, ``compare BASE NEW --fail-above 5``, ``report
+NEW``, ``accept NEW --rules RULES`` (and ``accept --json``), and prints per command the wall
+time, the child's peak resident memory (measured by /usr/bin/time) and its exit
+status, and the growth exponent of time between sizes (log time / log points; 1 is linear).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from commbench.runfolder import COLUMNS, RunFolder  # noqa: E402
+from commbench.runfolder import files  # noqa: E402
+
+OPS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "broadcast": 1.0}   # op -> bus factor
+SIZES_BYTES = [1 << e for e in range(3, 28)]                                             # 8 B .. 128 MiB
+POINTS_PER_HOST = len(OPS) * len(SIZES_BYTES)
+RANKS, ITERS = 2, 10                                                                     # 20 samples per point
+SLOW_HOST_EVERY = 200          # one host in this many is slow
+SLOW_HOST_FACTOR = 1.3
+REGRESSED = ("all_gather", SIZES_BYTES[10:13])   # NEW: 2x slower here, on every host
+RULES = """\
+rules:
+  require_all_ok: true
+  localize: {min_excess_pct: 20, min_share: 0.6, z_threshold: 3.5}
+  checks:
+    - name: allreduce-busbw-large
+      select: {op: all_reduce, size_bytes: {min: 1MiB}}
+      metric: busbw_gbps
+      aggregate: median
+      op: ">="
+      value: 5
+    - name: small-latency
+      select: {size_bytes: {max: 4KiB}}
+      metric: time_us
+      aggregate: median
+      op: "<="
+      value: 100
+"""
+
+
+def model_time_us(op: str, size_bytes: int) -> float:
+    """A latency + size / bandwidth model (about 8 us, 40 GB/s of bus bandwidth)."""
+    return 8.0 + size_bytes * OPS[op] / 40e3
+
+
+def host_names(n_hosts: int) -> list[str]:
+    return [f"node{i:04d}" for i in range(n_hosts)]
+
+
+def slow_hosts(n_hosts: int) -> set[int]:
+    """One host in SLOW_HOST_EVERY (the middle one of each stretch; of all hosts, when fewer)."""
+    middle = min(SLOW_HOST_EVERY // 2, n_hosts // 2)
+    return {i for i in range(n_hosts) if i % SLOW_HOST_EVERY == middle}
+
+
+def case_id(host: str, op: str, size_bytes: int) -> str:
+    return hashlib.sha1(f"{host}|{op}|{size_bytes}".encode()).hexdigest()[:12]
+
+
+def build_folder(path: Path, n_points: int, seed: int, regressed: bool) -> None:
+    """One synthetic per-node run folder of ``n_points`` points, written through RunFolder."""
+    rng = np.random.default_rng(seed)
+    hosts = host_names(max(1, n_points // POINTS_PER_HOST))
+    folder = RunFolder(path)
+    folder.create(resume=False)
+    lines, samples = [], []
+    for h_index, host in enumerate(hosts):
+        slow = SLOW_HOST_FACTOR if h_index in slow_hosts(len(hosts)) else 1.0
+        for op in OPS:
+            for size in SIZES_BYTES:
+                factor = slow * (2.0 if regressed and op == REGRESSED[0] and size in REGRESSED[1] else 1.0)
+                times = model_time_us(op, size) * factor * rng.lognormal(0.0, 0.03, size=(RANKS, ITERS))
+                cid = case_id(host, op, size)
+                lines.append(json.dumps(_row(cid, host, op, size, times.max(axis=0))))
+                samples += [{"case_id": cid, "rank": r, "host": host, "gpu": r, "iteration": i,
+                             "time_us": round(float(times[r, i]), 3)} for r in range(RANKS) for i in range(ITERS)]
+        if len(samples) >= 200_000:
+            folder.append_samples(samples)
+            samples = []
+    if samples:
+        folder.append_samples(samples)
+    files.append(path, "results.jsonl", ("\n".join(lines) + "\n").encode())
+    folder.rewrite_csv()    # the writer reads its JSONL back and writes results.csv from it
+    folder.write_meta({"suite": "fleet-scale", "hosts": hosts, "started_utc": "2026-12-07T00:00:00Z",
+                       "synthetic": "benchmarks/fleet_scale.py"})
+    (path / "suite.yaml").write_text(RULES)
+
+
+def _row(cid: str, host: str, op: str, size_bytes: int, slowest_us: np.ndarray) -> dict:
+    t = float(np.median(slowest_us))
+    algbw = size_bytes / (t * 1e3)
+    row = {c: None for c in COLUMNS}
+    row.update(suite="fleet-scale", bench="node-collectives", case_id=cid, family="collectives", op=op,
+               backend="nccl", variant="default", dtype="float32", size_bytes=size_bytes,
+               count=size_bytes // 4, world_size=RANKS, num_nodes=1, ranks_per_node=RANKS, in_place=False,
+               warmup=2, iters=ITERS, timing="events", time_us=round(t, 3),
+               time_us_min=round(float(slowest_us.min()), 3),
+               time_us_p90=round(float(np.percentile(slowest_us, 90)), 3),
+               time_us_max=round(float(slowest_us.max()), 3), algbw_gbps=round(algbw, 6),
+               busbw_gbps=round(algbw * OPS[op] * (RANKS - 1) / RANKS, 6), wrong=0, status="ok", reason="",
+               log="logs/launch-0.log", host=host, hosts=host)
+    return row
+
+
+def timed(argv: list[str]) -> dict:
+    """Run one command as a child; wall seconds, its peak RSS (MiB) and exit status. The peak is
+    /usr/bin/time's (%M): the command's own process, not this one's memory copied at fork."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as rss_file:
+        start = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-o", rss_file.name, "-f", "%M", *argv], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        wall_s = time.perf_counter() - start
+        peak_kib = int(rss_file.read().strip().splitlines()[-1])
+    return {"wall_s": wall_s, "peak_mib": peak_kib / 1024.0, "rc": proc.returncode,
+            "tail": proc.stdout.decode(errors="replace")[-600:]}
+
+
+def commands(work: Path) -> dict[str, list[str]]:
+    cb = [sys.executable, "-m", "commbench"]
+    base, new, rules = str(work / "base"), str(work / "new"), str(work / "rules.yaml")
+    return {
+        "compare": cb + ["compare", base, new, "--fail-above", "5"],
+        "report": cb + ["report", new, "--out", str(work / "out" / "report.html")],
+        "accept": cb + ["accept", new, "--rules", rules, "--out", str(work / "out" / "accept.html")],
+        "accept --json": cb + ["accept", new, "--rules", rules, "--out", str(work / "out" / "accept-j.html"),
+                               "--json", str(work / "out" / "accept.json")],
+    }
+
+
+def exponent(sizes: list[int], times: list[float]) -> float:
+    """Least-squares slope of log(time) against log(points)."""
+    if len(sizes) < 2:
+        return math.nan
+    return float(np.polyfit(np.log(sizes), np.log(times), 1)[0])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    ap.add_argument("--keep", type=Path, default=None, help="build the folders here and keep them")
+    ap.add_argument("--only", nargs="+", default=None, help="command names to time (default: all)")
+    args = ap.parse_args(argv)
+    results: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        top = args.keep or Path(tmp)
+        for n in args.points:
+            work = top / f"fleet-{n}"
+            t0 = time.perf_counter()
+            if not (work / "new" / "results.csv").exists():
+                work.mkdir(parents=True, exist_ok=True)
+                build_folder(work / "base", n, seed=1, regressed=False)
+                build_folder(work / "new", n, seed=2, regressed=True)
+                (work / "rules.yaml").write_text(RULES)
+            (work / "out").mkdir(exist_ok=True)
+            print(f"# {n} points: folders ready in {time.perf_counter() - t0:.1f} s "
+                  f"(samples.csv {(work / 'new' / 'samples.csv').stat().st_size / 2**20:.0f} MiB)", flush=True)
+            for name, cmd in commands(work).items():
+                if args.only and name not in args.only:
+                    continue
+                r = timed(cmd)
+                results.setdefault(name, []).append({"points": n, **r})
+                print(f"  {name:14s} {r['wall_s']:7.2f} s  {r['peak_mib']:7.0f} MiB  exit {r['rc']}", flush=True)
+                if r["rc"] not in (0, 1):
+                    print("    " + r["tail"].replace("\n", "\n    "))
+    print(table(results, args.points))
+
+
+def table(results: dict[str, list[dict]], points: list[int]) -> str:
+    head = ("| command | " + " | ".join(f"{n:,} points: s / MiB / exit" for n in points)
+            + " | growth exponent (time) |")
+    lines = [head, "|" + " --- |" * (len(points) + 2)]
+    for name, rows in results.items():
+        cells = [f"{r['wall_s']:.2f} / {r['peak_mib']:.0f} / {r['rc']}" for r in rows]
+        exp = exponent([r["points"] for r in rows], [r["wall_s"] for r in rows])
+        lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {exp:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
