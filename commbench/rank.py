@@ -34,6 +34,7 @@ from pathlib import Path  # noqa: E402
 
 from .errors import CommbenchError  # noqa: E402
 from .families import get_family  # noqa: E402
+from .launch import health_probe  # noqa: E402
 from .launch.lifeline import watch_parent  # noqa: E402
 from .launch.plan_env import rebuilt_case  # noqa: E402
 from .runfolder import RunFolder  # noqa: E402
@@ -73,9 +74,13 @@ def main(argv: list[str]) -> int:
         hosts_file.write_text(json.dumps({"hosts": list(world.hosts), "num_nodes": world.num_nodes,
                                           "kill_switches_seen": {str(r): v for r, v in enumerate(seen)}}))
     gpus_file = run_dir / "logs" / f"launch-{task['launch_id']}.gpus.json"
-    run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])),
-              switches_at_start=at_start,
-              on_bound=lambda record: gpus_file.write_text(json.dumps(record)))
+    health = health_probe.begin(run_dir, task, world)   # node-local rank 0: health.jsonl (docs/results.md)
+    try:
+        run_cases(cases, world, RunFolder(run_dir), task["log"], Progress(Path(task["progress"])),
+                  switches_at_start=at_start,
+                  on_bound=lambda record: gpus_file.write_text(json.dumps(record)))
+    finally:
+        health.end()
     world.barrier()
     return 0
 
