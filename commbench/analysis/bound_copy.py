@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .bound_limits import Limit, NoLimit, _gpus
+from .bound_limits import Limit, NoLimit, _gpus, gpu_hbm_gbps
 
 HOST_OPS = ("h2d", "d2h")
 PAIR_OPS = ("p2p", "bidir")
@@ -67,9 +67,10 @@ def copy_bound(row: Mapping, links: dict | None) -> tuple[Limit | None, str]:
             return _pcie(_gpu(links, gpu, row.get("gpu_bus_id"))), note
         if op == "d2d":
             g = _gpu(links, gpu, row.get("gpu_bus_id"))
-            if not g.get("hbm_gbps"):
+            hbm_gbps = gpu_hbm_gbps(g)
+            if not hbm_gbps:
                 raise NoLimit(f"GPU {gpu}: HBM bandwidth unknown")
-            return (Limit(g["hbm_gbps"] / 2, g.get("hbm_label") or "hbm"),
+            return (Limit(hbm_gbps / 2, g.get("hbm_label") or "hbm"),
                     "a copy within one GPU reads and writes HBM: bound = HBM / 2")
         if op in PAIR_OPS:
             if peer is None:

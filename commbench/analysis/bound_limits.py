@@ -54,12 +54,36 @@ def gpu_link(links: dict | None) -> Limit:
     return nvlink(links) or pcie(links)
 
 
+# Memory bus width (bits) by GPU model, for a probe that read the memory clock but not the width
+# (`nvidia-smi -q` prints no bus width): first match wins, as link_rates.HBM_BY_MODEL.
+BUS_BITS_BY_MODEL = ((r"(?<!G)H200", 6144), (r"H100.*PCIe", 5120), (r"H100", 5120), (r"B200", 8192))
+
+
+def gpu_hbm_gbps(g: dict) -> float | None:
+    """One GPU's HBM peak: the card's memory clock x bus width where the probe had both; where it
+    fell back to the datasheet but read the clock, the clock x the model's bus width when that is
+    higher (an H200's datasheet 4,800 GB/s is below its 3,201 MHz x 6,144 bits = 4,917 GB/s, and a
+    bound below what the card can do is a wrong bound)."""
+    import re
+
+    from ..sysinfo.link_rates import hbm_from_clock
+
+    gbps = g.get("hbm_gbps")
+    if g.get("hbm_source") == "datasheet" and g.get("memory_clock_mhz"):
+        bits = next((b for pat, b in BUS_BITS_BY_MODEL if re.search(pat, g.get("name") or "", re.I)), None)
+        clock = hbm_from_clock(g["memory_clock_mhz"], bits)
+        if clock and clock > (gbps or 0):
+            return clock
+    return gbps
+
+
 def hbm(links: dict | None) -> Limit:
     gpus = _gpus(links)
-    if not all(g.get("hbm_gbps") for g in gpus):
+    rates = [gpu_hbm_gbps(g) for g in gpus]
+    if not all(rates):
         raise NoLimit("HBM bandwidth unknown: " + "; ".join((links or {}).get("problems") or []))
-    slow = min(gpus, key=lambda g: g["hbm_gbps"])
-    return Limit(slow["hbm_gbps"], slow.get("hbm_label") or "hbm")
+    slow = min(range(len(gpus)), key=lambda i: rates[i])
+    return Limit(rates[slow], gpus[slow].get("hbm_label") or "hbm")
 
 
 def _nic_label(nics: list[dict]) -> str:

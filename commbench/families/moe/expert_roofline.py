@@ -8,8 +8,9 @@ For a grouped SwiGLU expert GEMM over rows grouped by expert:
 - FLOPs: 2 * 3 * H * I per (token, expert) row (gate, up and down GEMMs).
 
 roofline_us = max(bytes / HBM bandwidth, FLOPs / dense tensor-core peak). The
-peaks are datasheet figures (docs/metrics.md names them); a kernel can come
-close to the roofline, never past it.
+peaks are the card's own (memory clock x bus width; SMs x highest SM clock x the
+architecture's rate: sysinfo/card_peaks.py), the datasheet figures only where the
+driver cannot say (docs/metrics.md); a kernel can come close to the roofline, never past it.
 """
 from __future__ import annotations
 
@@ -70,19 +71,25 @@ def expert_roofline(rows_per_expert, hidden: int, inter: int, hbm_gbps: float,
     return Roofline(total, flops, total / (hbm_gbps * 1e3), flops / (peak_tflops * 1e6))
 
 
-def device_limits(device) -> tuple[float, float, str]:
-    """(HBM GB/s, BF16 dense TFLOP/s, GPU name) of a CUDA device from the datasheet tables;
-    raises LookupError for a model the tables do not hold."""
+def device_limits(device, dtype: str = "bfloat16") -> tuple[float, float, str]:
+    """(HBM GB/s, dense tensor-core TFLOP/s, GPU name) of a CUDA device: the card's own peaks
+    (sysinfo/card_peaks.py: memory clock x bus width, SMs x highest SM clock), each falling back
+    to the datasheet tables; raises LookupError when neither knows the card."""
     import torch
 
     if torch.device(device).type != "cuda" or not torch.cuda.is_available():
         raise LookupError(f"{device} is not a CUDA GPU: no datasheet to read")
+    from ...sysinfo.card_peaks import card_peaks
+
     name = torch.cuda.get_device_name(device)
-    hbm = hbm_from_model(name)
-    peak = tensor_tflops(name)
+    index = torch.device(device).index
+    card = card_peaks(torch.cuda.current_device() if index is None else index)
+    sheet_hbm, sheet_peak = hbm_from_model(name), tensor_tflops(name, dtype)
+    hbm = (card.hbm_gbps if card else None) or (sheet_hbm[0] if sheet_hbm else None)
+    peak = (card.tensor_tflops(dtype) if card else None) or sheet_peak
     if not hbm or not peak:
-        raise LookupError(f"no datasheet HBM bandwidth or tensor-core peak for {name!r}")
-    return hbm[0], peak, name
+        raise LookupError(f"no HBM bandwidth or tensor-core peak for {name!r}")
+    return hbm, peak, name
 
 
 def layer_columns(routings, rank: int, hidden: int, inter: int, device, expert_us: float) -> dict:
