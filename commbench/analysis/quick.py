@@ -4,11 +4,14 @@ the same path as `commbench run` (a normal run folder, its suite.yaml the suite 
 stored rows are printed as nccl-tests' per-size table (docs/quick.md)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CommbenchError
 from ..units import format_size, parse_size
+from .nccl_tests.options import RANK_TIME_RUNNABLE as RANK_TIME
+from .nccl_tests.options import REGISTER, flag
 
 # -d as nccl-tests and commbench spell them -> commbench's dtype
 DTYPES = {"float": "float32", "float32": "float32", "fp32": "float32", "f32": "float32",
@@ -17,9 +20,6 @@ DTYPES = {"float": "float32", "float32": "float32", "fp32": "float32", "f32": "f
 BACKENDS = ("nccl", "torch_nccl", "gloo", "mpi")
 CPU_BACKENDS = ("gloo", "mpi")
 CPU_DEFAULT_RANKS = 2
-# -R and -a as nccl-tests numbers them -> the collectives' register and rank_time parameters
-REGISTER = {0: "none", 1: "user", 2: "window"}
-RANK_TIME = {0: "rank0", 1: "avg", 2: "min", 3: "max"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ def suite_dict(a: QuickArgs) -> dict:
     lo, hi = _size(a.min_bytes, "-b"), _size(a.max_bytes, "-e")
     if lo > hi:
         raise CommbenchError(f"-b {a.min_bytes} is above -e {a.max_bytes}")
+    if not math.isfinite(a.step_factor) or (a.step_factor < 1):
+        raise CommbenchError(f"{flag('step_factor')} {a.step_factor:g}: the size factor must be above 1, or 1 "
+                             f"with {flag('step_bytes')} SIZE for a fixed step (nccl-tests' -f 2 doubles the size)")
     if a.step_factor > 1:          # nccl-tests: a factor above 1 wins over -i
         sizes: object = {"min": lo, "max": hi, "factor": a.step_factor}
     elif a.step_bytes is not None:

@@ -6,36 +6,43 @@ from pathlib import Path
 
 import click
 
+from ..analysis.nccl_tests.options import OPTIONS
+
+
+def _nccl_tests_option(name: str, dest: str, **kw):
+    """An option spelt as nccl-tests spells it (analysis/nccl_tests/options.py)."""
+    return click.option(f"-{OPTIONS[name].short}", f"--{OPTIONS[name].long}", dest, **kw)
+
 
 @click.command("nccl", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("op")
-@click.option("-b", "--minbytes", "min_bytes", default="8", show_default=True, metavar="SIZE",
+@_nccl_tests_option("min_bytes", "min_bytes", default="8", show_default=True, metavar="SIZE",
               help="smallest size (8, 1K, 4M, 1G: binary units, as nccl-tests)")
-@click.option("-e", "--maxbytes", "max_bytes", default="128M", show_default=True, metavar="SIZE",
+@_nccl_tests_option("max_bytes", "max_bytes", default="128M", show_default=True, metavar="SIZE",
               help="largest size")
-@click.option("-f", "--stepfactor", "step_factor", type=float, default=2.0, show_default=True,
+@_nccl_tests_option("step_factor", "step_factor", type=float, default=2.0, show_default=True,
               help="multiply the size by this between steps (1: use -i)")
-@click.option("-i", "--stepbytes", "step_bytes", default=None, metavar="SIZE",
+@_nccl_tests_option("step_bytes", "step_bytes", default=None, metavar="SIZE",
               help="add this to the size between steps (with -f 1; default 1M)")
-@click.option("-n", "--iters", type=click.IntRange(1, 100000), default=20, show_default=True,
+@_nccl_tests_option("iters", "iters", type=click.IntRange(1, 100000), default=20, show_default=True,
               help="timed iterations")
-@click.option("-w", "--warmup_iters", "warmup", type=click.IntRange(0, 100000), default=5, show_default=True,
+@_nccl_tests_option("warmup", "warmup", type=click.IntRange(0, 100000), default=5, show_default=True,
               help="untimed warm-up iterations")
-@click.option("-g", "--ngpus", "ranks", type=click.IntRange(min=1), default=None,
+@_nccl_tests_option("ngpus", "ranks", type=click.IntRange(min=1), default=None,
               help="ranks, one per GPU (default: every GPU of this host; 2 on --backend gloo/mpi)")
-@click.option("-d", "--datatype", "dtype", default="float", show_default=True,
+@_nccl_tests_option("dtype", "dtype", default="float", show_default=True,
               help="float, half, bfloat16 (bf16), int32")
-@click.option("-o", "--op", "redop", type=click.Choice(["sum", "max", "min"]), default="sum", show_default=True,
+@_nccl_tests_option("redop", "redop", type=click.Choice(["sum", "max", "min"]), default="sum", show_default=True,
               help="reduction of all_reduce, reduce_scatter and reduce")
-@click.option("-c", "--check", type=click.IntRange(0, 1), default=1, show_default=True,
+@_nccl_tests_option("check", "check", type=click.IntRange(0, 1), default=1, show_default=True,
               help="accepted for nccl-tests' command lines: commbench checks every Case anyway (untimed)")
-@click.option("-G", "--cudagraph", "graph", type=click.IntRange(min=0), default=0, show_default=True,
+@_nccl_tests_option("graph", "graph", type=click.IntRange(min=0), default=0, show_default=True,
               help="above 0: time with CUDA graphs (timing: graph)")
-@click.option("-R", "--local_register", "register", type=click.IntRange(0, 2), default=0, show_default=True,
+@_nccl_tests_option("register", "register", type=click.IntRange(0, 2), default=0, show_default=True,
               help="nccl backend: 1 registers buffers with ncclCommRegister, 2 as symmetric windows")
-@click.option("-u", "--unalign", type=click.IntRange(0, 1024), default=0, show_default=True,
+@_nccl_tests_option("unalign", "unalign", type=click.IntRange(0, 1024), default=0, show_default=True,
               help="shift send and receive buffers by this many elements off their alignment")
-@click.option("-a", "--average", type=click.IntRange(0, 3), default=3, show_default=True,
+@_nccl_tests_option("average", "average", type=click.IntRange(0, 3), default=3, show_default=True,
               help="ranks' times per iteration: 0 rank 0, 1 mean, 2 fastest, 3 slowest")
 @click.option("--backend", type=click.Choice(["nccl", "torch_nccl", "gloo", "mpi"]), default="nccl",
               show_default=True, help="gloo or mpi run on CPU (no GPU needed)")

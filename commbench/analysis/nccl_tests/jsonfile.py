@@ -5,12 +5,12 @@ import json
 import math
 from pathlib import Path
 
+from .options import OPTIONS, RANK_TIME, REGISTER, flag
 from .records import (JSON_HALF_UNIT, MAX_ITERS, MAX_RANKS, MAX_SIZE_BYTES, MAX_THREADS_OR_GPUS, Device,
                       NcclTestsFormatError, ResultLine, Side, TestRun, bounded_int, option_value, parse_int)
 
-# Options the JSON's config does not hold but its command line does: attribute, -short, --long, bounds
-_OPTIONS = (("unalign", "u", "unalign", 0, MAX_SIZE_BYTES), ("register", "R", "local_register", 0, 2),
-            ("average", "a", "average", 0, 4))
+# Options the JSON's config does not hold but its command line does: attribute and bounds
+_OPTIONS = (("unalign", 0, MAX_SIZE_BYTES), ("register", 0, max(REGISTER)), ("average", 0, max(RANK_TIME)))
 
 
 def parse_json(path: Path, text: str) -> TestRun:
@@ -47,10 +47,10 @@ def parse_json(path: Path, text: str) -> TestRun:
     run.graph_launches = j.int(cfg, "graph", "config", 0, MAX_ITERS, default=0)
     run.blocking = 1 if cfg.get("blocking_collectives") in (True, "true", 1) else 0
     run.per_iter = cfg.get("per_iter_timing") in (True, "true", 1)
-    for attr, short, long, lo, hi in _OPTIONS:
-        given = option_value(run.command, short, long)
+    for attr, lo, hi in _OPTIONS:
+        given = option_value(run.command, OPTIONS[attr].short, OPTIONS[attr].long)
         if given is not None:
-            setattr(run, attr, parse_int(given, f"-{short}", f"{path}: args", lo, hi))
+            setattr(run, attr, parse_int(given, flag(attr), f"{path}: args", lo, hi))
     run.average = 1 if run.average is None else run.average   # the command is known: absent = default
     run.register = 0 if run.register is None else run.register
     devices = j.get(cfg, "devices", list, "config")

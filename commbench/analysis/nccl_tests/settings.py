@@ -7,10 +7,7 @@ from commbench import metrics
 
 from .records import ResultLine, TestRun
 
-# nccl-tests -a (how the ranks' times reduce) -> the rank_time parameter; -R -> register.
-RANK_TIME = {0: "rank0", 1: "avg", 2: "min", 3: "max", 4: "sum"}
-REGISTER = {0: "none", 1: "user", 2: "window"}
-DEFAULT_AVERAGE = 1   # nccl-tests' -a default: a table does not print -a, so a table import assumes it
+from .options import DEFAULT_AVERAGE, RANK_TIME, REGISTER
 
 
 def settings_of(run: TestRun, op: str, elem: int, line: ResultLine) -> tuple[dict, str]:
