@@ -133,3 +133,13 @@ def test_a_gate_asked_for_fails_a_run_without_gpu_records_and_an_unasked_one_sta
 def test_a_bad_health_part_exits_2_naming_file_line_and_field(tmp_path, part, message):
     res = _accept(RUNS / "gpu8-healthy", tmp_path, RING_RULE.replace("  localize: true\n", f"  {part}\n"))
     assert res.exit_code == 2 and message in res.output and "rules.yaml:2:" in res.output, res.output
+
+
+def test_a_flat_rules_file_takes_health_beside_rules(tmp_path, monkeypatch):
+    faults = {"node03": {"events": [{"gpu": 0, "type": "xid", "data": 48}]}}
+    run = _run(tmp_path, monkeypatch, faults)
+    flat = ("health: {xids: [79]}\nrules:\n  - {name: ring, select: {op: all_reduce}, metric: busbw_gbps, "
+            "op: '>=', value: 1}\n")
+    assert _accept(run, tmp_path, flat).exit_code == 0   # 48 is off this site's list
+    res = _accept(run, tmp_path, flat.replace("[79]", "[48]"))
+    assert res.exit_code == 1 and _named(res.output) == {"node03"} and "XID 48 (double-bit ECC" in res.output

@@ -32,10 +32,10 @@ DEFAULT_XIDS = {
     74: "NVLink error",
     79: "GPU has fallen off the bus (no longer reachable over PCIe)",
     92: "high single-bit ECC error rate",
-    94: "contained ECC error (the affected application was stopped; memory needs a reset to recover)",
+    94: "contained ECC error (the application using the memory was stopped; a reset recovers it)",
     95: "uncontained ECC error (every application on the GPU is affected; reset needed)",
     119: "GSP RPC timeout (the GPU System Processor did not answer the driver)",
-    120: "GSP error (the GPU System Processor firmware reported an error)",
+    120: "GSP error (the GPU System Processor's firmware reported an error)",
     140: "unrecovered ECC error",
     154: "GPU recovery action changed: the driver asks for a GPU reset or a node reboot",
 }
