@@ -68,7 +68,7 @@ def _n(v) -> str:
 def _ll_speed(recs: list[dict]) -> list[dict]:
     """Rank-1 timing records at the default kernels (ours) and DeepEP's."""
     return [r for r in recs if r.get("ranks") == 1 and not r.get("check") and "error" not in r
-            and r.get("variant") in ("default", "v1.2.1")]
+            and "skipped" not in r and r.get("variant") in ("default", "v1.2.1")]
 
 
 def ll_ratios(recs: list[dict]) -> list[dict]:
@@ -117,10 +117,16 @@ def ll_verdicts(recs: list[dict], deepep_note: str = "") -> tuple[list[str], boo
         if missing:
             met = False
             lines.append(f"  {len(missing)} {op} ratio(s) without a time (profiler or graph failed).")
-    lonely = sorted(ours - compared)
+    refused = {(r["shape"], r["dtype"]): r["skipped"] for r in recs
+               if r.get("impl") == "deepep_ll" and r.get("skipped")}
+    lonely = sorted(ours - compared - set(refused))
     if lonely:
         met = False
         lines.append("  No DeepEP time for: " + ", ".join(f"{s} {d}" for s, d in lonely) + ".")
+    beyond = sorted(k for k in refused if k in ours)
+    if beyond:   # not a miss: DeepEP has no kernel for these shapes, so there is nothing to compare
+        lines.append("  Not compared (DeepEP skipped them before calling it): "
+                     + "; ".join(f"{s} {d}: {refused[(s, d)]}" for s, d in beyond) + ".")
     return lines, met
 
 
@@ -129,6 +135,8 @@ def ll_problems(recs: list[dict]) -> list[str]:
     out = []
     for r in recs:
         where = f"{r.get('impl')} {r.get('shape')} {r.get('dtype')} at {r.get('ranks')} rank(s)"
+        if r.get("skipped"):
+            continue   # a shape the library cannot take, said in the verdict, not a failure
         if r.get("error"):
             out.append(f"{where}: {r['error']}")
         elif ("wrong" in r) and r["wrong"] is None:

@@ -135,7 +135,8 @@ def check_table(recs: list[dict]) -> list[str]:
     lines = ["| ranks | impl | shape | dtype | wrong | calc_diff |", "|" + " --- |" * 6]
     for r in recs:
         if r.get("check") or r["impl"] == "deepep_ll":
-            wrong = r.get("wrong") if "error" not in r else f"failed: {r['error']}"
+            wrong = (f"skipped: {r['skipped']}" if r.get("skipped") else
+                     r.get("wrong") if "error" not in r else f"failed: {r['error']}")
             lines.append(f"| {r['ranks']} | {r['impl']} | {r['shape']} | {r['dtype']} | "
                          f"{wrong} | {_f(r.get('calc_diff'), '{:.1e}')} |")
     return lines

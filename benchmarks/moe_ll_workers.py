@@ -180,11 +180,35 @@ def _emit_rank0(ctx, out_path, rec) -> None:
         emit(out_path, rec)
 
 
+def deepep_refusals(shapes, ranks: int) -> dict[str, str]:
+    """The shapes DeepEP's low-latency kernels cannot take at ``ranks`` ranks (its hidden sizes,
+    topk, rank counts: commbench.families.moe.deepep_limits), with DeepEP's reason."""
+    from commbench.families.moe.deepep_limits import ll_refusal
+
+    out = {}
+    for shape in shapes:
+        sh = SHAPES[shape]
+        hit = ll_refusal(hidden=sh["hidden"], topk=sh["topk"], experts=sh["experts"], ranks=ranks,
+                         tokens=tokens_of(shape))
+        if hit:
+            out[shape] = hit[1]
+    return out
+
+
 def run_deepep(ctx, shapes, out_path: str, iters: int) -> int:
-    """DeepEP's low-latency dispatch/combine at one rank: same routing and inputs as ours."""
+    """DeepEP's low-latency dispatch/combine at one rank: same routing and inputs as ours. A shape
+    DeepEP cannot take is recorded as skipped with its reason, and DeepEP is never called for it."""
+    world, bad = ctx.world, 0
+    refused = deepep_refusals(shapes, world.size)
+    for shape, reason in refused.items():
+        for dtype in DTYPES:
+            _emit_rank0(ctx, out_path, {"impl": "deepep_ll", "variant": "v1.2.1", "shape": shape, "dtype": dtype,
+                                        "ranks": world.size, "tokens": tokens_of(shape), "skipped": reason})
+    shapes = [s for s in shapes if s not in refused]
+    if not shapes:
+        return 0
     import deep_ep
 
-    world, bad = ctx.world, 0
     need = max(deep_ep.Buffer.get_low_latency_rdma_size_hint(tokens_of(s), SHAPES[s]["hidden"], world.size,
                                                               SHAPES[s]["experts"]) for s in shapes)
     buf = deep_ep.Buffer(None, 0, -(-need // (1 << 20)) * (1 << 20), low_latency_mode=True,

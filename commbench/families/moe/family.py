@@ -112,7 +112,7 @@ class MoeFamily(Family):
                     f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank")
         if case.op == "layer":
             return layer_plan.impossible(case, prm)
-        return None
+        return layer_plan.deepep_refusal(case, prm)   # DeepEP's own hidden sizes and rank counts
 
     def setup(self, case: Case, ctx: RankContext):
         import torch

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import deepep_limits
 from .presets import layer_tokens, resolve
 
 OVERLAPS = ("none", "two_batch")
 GEMMS = ("auto", "grouped_mm", "loop", "fused")
-# DeepEP v1.2.1 compiles its low-latency kernels for these hidden sizes only, and at most
-# 11 choices per token (csrc/kernels/launch.cuh SWITCH_HIDDEN, internode_ll.cu kNumMaxTopK).
-DEEPEP_LL_HIDDEN = (2048, 2560, 4096, 5120, 6144, 7168, 8192)
-DEEPEP_LL_MAX_TOPK = 11
-DEEPEP_NORMAL_RANKS = (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)   # Buffer.get_dispatch_config
+# DeepEP's own limits (hidden sizes, topk, rank counts) live in deepep_limits, with their sources
 
 
 LAYER_ONLY = ("phase", "tokens", "intermediate", "overlap", "gemm")
@@ -63,19 +60,25 @@ def impossible(case, prm: dict) -> tuple[str, str] | None:
     if prm["overlap"] == "two_batch" and tokens < 2:
         return ("params.tokens", "two_batch overlap splits the tokens into two micro-batches: "
                                  "it needs >= 2 tokens")
-    if case.backend == "deepep" and case.ranks not in DEEPEP_NORMAL_RANKS:
-        return ("ranks", f"DeepEP's normal kernels have configurations for {list(DEEPEP_NORMAL_RANKS)} "
-                         f"ranks, not {case.ranks}")
-    if case.backend == "deepep_ll":
-        if prm["hidden"] not in DEEPEP_LL_HIDDEN:
-            return ("params.hidden", f"DeepEP's low-latency kernels are built for hidden in "
-                                     f"{list(DEEPEP_LL_HIDDEN)}, not {prm['hidden']}")
-        if prm["topk"] > DEEPEP_LL_MAX_TOPK:
-            return ("params.topk", f"DeepEP's low-latency kernels take topk <= {DEEPEP_LL_MAX_TOPK}")
+    deepep = deepep_refusal(case, prm)
+    if deepep:
+        return deepep
     if case.timing == "graph":
         if case.backend == "deepep":
             return ("timing", "DeepEP's normal dispatch waits on the host for the received counts: "
                               "it cannot be captured in a CUDA graph")
         if prm["gemm"] == "loop":
             return ("params.gemm", "the per-expert GEMM loop reads group sizes on the host: no CUDA graph")
+    return None
+
+
+def deepep_refusal(case, prm: dict) -> tuple[str, str] | None:
+    """DeepEP's own limits for a Case of the deepep (normal) or deepep_ll (low-latency) backend,
+    any op, as (suite field to blame, reason); None for other backends or a shape DeepEP takes."""
+    if case.backend == "deepep":
+        return deepep_limits.normal_refusal(ranks=case.ranks, ranks_per_node=case.ranks_per_node or case.ranks,
+                                            experts=prm["experts"], hidden=prm["hidden"])
+    if case.backend == "deepep_ll":
+        return deepep_limits.ll_refusal(hidden=prm["hidden"], topk=prm["topk"], experts=prm["experts"],
+                                        ranks=case.ranks)
     return None
