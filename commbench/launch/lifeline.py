@@ -125,13 +125,19 @@ class _Live:
 _LIVE = _Live()
 
 
-def _start_keeper() -> subprocess.Popen | None:
+def _start_keeper(stderr=None) -> subprocess.Popen | None:
+    """The keeper, in a session of its own, the signals it ignores ignored from before its exec."""
     try:
         return subprocess.Popen([sys.executable, "-m", "commbench.launch.keeper", ATTEMPT_VAR],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, close_fds=True,
-                                start_new_session=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+                                close_fds=True, start_new_session=True, preexec_fn=_deaf)
     except OSError:
         return None
+
+
+def _deaf() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def track(sid: int, marker: str) -> None:

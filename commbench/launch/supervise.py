@@ -90,7 +90,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
         timed_out = None
         try:
             timed_out, current = _supervise(proc, progress, offset, task, timeouts, on_event, run_dir,
-                                            log, started, finished, marker, cancel, shared, deadline)
+                                            log, started, finished, cancel, shared, deadline, marker)
         except BaseException:
             # interrupted (Ctrl-C, SIGTERM from a batch system): never leave ranks running
             _kill(proc, marker)
@@ -119,8 +119,8 @@ def _settle_tree(run_dir: Path, launch_id: int, proc: subprocess.Popen, marker: 
 
 
 def _supervise(proc, progress: Path, offset: int, task: dict, timeouts: dict, on_event, run_dir: Path,
-               log, started: list, finished: list, marker: str, cancel=None,
-               shared: bool = False, deadline: float | None = None) -> tuple[str | None, str | None]:
+               log, started: list, finished: list, cancel=None,
+               shared: bool = False, deadline: float | None = None, marker: str = "") -> tuple[str | None, str | None]:
     """Follow progress events until the ranks exit or the current Case overruns its timeout.
 
     Returns (timed-out case id or None, case in progress when it ended or None)."""

@@ -118,12 +118,61 @@ def check_results(path: Path, df, lines: array, numeric: tuple[str, ...]) -> Non
                                  f"{lines[first]}): a Case has one row")
 
 
+class DuplicateKeys(RunFolderError):
+    """samples.csv holds one (case, rank, iteration) twice: two measurements were mixed."""
+
+    def __init__(self, message: str, keys: list[tuple]):
+        super().__init__(message)
+        self.keys = keys   # (case_id, rank, iteration[, pass]) of each duplicated key
+
+
 def check_samples(path: Path, df, lines: array) -> None:
     _numbers(path, df, "time_us", lines, required=True)
     for col in SAMPLE_INTEGER:
         _numbers(path, df, col, lines, required=True, integer=True)
     if PASS_COLUMN in df.columns:   # a burn-in's pass: empty until the pass ends
         _numbers(path, df, PASS_COLUMN, lines, integer=True)
+    check_sample_keys(path, df, lines)
+
+
+def check_sample_keys(path: Path, df, lines: array, shown: int = 5) -> None:
+    """Each (case, rank, iteration) once (within a burn-in pass: the ``pass`` column is part of
+    the key), else DuplicateKeys naming the first ``shown`` keys and their lines."""
+    import pandas as pd
+
+    if df.empty:
+        return
+    names = ["case_id", "rank", "iteration"] + ([PASS_COLUMN] if PASS_COLUMN in df.columns else [])
+    keys = pd.DataFrame({"case_id": df["case_id"].astype(str),
+                         **{c: pd.to_numeric(df[c], errors="coerce") for c in names[1:]}})
+    dup = keys.duplicated(keep=False).to_numpy()
+    if not dup.any():
+        return
+    found: dict[tuple, list[int]] = {}
+    for i in dup.nonzero()[0]:
+        key = tuple(_plain(v) for v in keys.iloc[int(i)])
+        found.setdefault(key, []).append(int(lines[int(i)]))
+    listed = "; ".join(_key_text(names, k) + f" on lines {', '.join(map(str, at[:4]))}"
+                       for k, at in list(found.items())[:shown])
+    more = f" (and {len(found) - shown} more)" if len(found) > shown else ""
+    raise DuplicateKeys(
+        f"{path}: {len(found)} sample key(s) (case, rank, iteration) appear more than once: {listed}{more}. "
+        "Two launch attempts measured into this folder at once, or folders were merged: which "
+        "measurement a time belongs to cannot be told. Measure these Cases again into a new folder "
+        "(`commbench run SUITE --only ...`)", list(found))
+
+
+def _plain(value):
+    """A key cell as a plain value: integers without a decimal point, NaN as empty."""
+    if isinstance(value, float):
+        return "" if value != value else (int(value) if value.is_integer() else value)
+    return value
+
+
+def _key_text(names: list[str], key: tuple) -> str:
+    case, rank, iteration = key[:3]
+    text = f"case {preview(case)} rank {rank} iteration {iteration}"
+    return text + (f" pass {key[3]}" if len(key) > 3 and key[3] != "" else "")
 
 
 def _numbers(path: Path, df, col: str, lines: array, *, required: bool = False, integer: bool = False) -> None:

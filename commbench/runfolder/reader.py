@@ -2,7 +2,8 @@
 summary and plots, report, compare and accept alike, so every reader sees the same values:
 numeric columns are numbers (an empty cell is NaN), text columns are strings ("" when empty),
 an empty ``wrong`` is 0, and samples carry SAMPLE_COLUMNS. A folder whose run.json has a newer
-``schema_version`` than this reader's is refused (RunFolderError)."""
+``schema_version`` than this reader's is refused (RunFolderError), and so is a samples.csv that
+holds one (case, rank, iteration) key twice (check.DuplicateKeys, naming the keys)."""
 from __future__ import annotations
 
 import io
@@ -13,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 
 from . import check
+from .check import DuplicateKeys
 from .schema import LEGACY_PARAM_COLUMNS, NUMERIC, PASS_COLUMN, SAMPLE_COLUMNS, TEXT
 from .lock import writer_holding
 from .writer import RunFolderError, is_run_folder, read_meta
 
-__all__ = ["Run", "RunFolderError", "is_run_folder", "iteration_times", "load", "load_run",
+__all__ = ["DuplicateKeys", "Run", "RunFolderError", "is_run_folder", "iteration_times", "load", "load_run",
            "load_samples", "param_columns", "read_meta"]
 
 

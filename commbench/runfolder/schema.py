@@ -15,6 +15,10 @@ FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks
 # Written for every row with per-iteration times since the 99th percentile was added; optional on
 # reading (older run folders lack it).
 TAIL_COLUMNS = ["time_us_p99"]
+# The launch attempt that stored a row (0: the launch's first start, one more for each start after
+# it: a start retry, a relaunch after a timeout or a crash; counted per launch within one `run`).
+# Written with every row a launch stores; optional on reading (older run folders lack it).
+ATTEMPT_COLUMN = "attempt"
 # A burn-in (`run --duration`) stamps each row with its pass (1, 2, ...) and the pass's start time
 # once the pass ends; an unstamped row of a burn-in folder belongs to the pass still running.
 PASS_COLUMN, PASS_UTC_COLUMN = "pass", "pass_utc"
@@ -36,9 +40,16 @@ LEGACY_PARAM_COLUMNS = (
     "overlap_grad_reduce", "overlap_param_gather", "sequence_parallel", "cp_comm", "cp_a2a_size", "fault")
 TIME_COLUMNS = ["time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max"]   # lower is better
 SAMPLE_COLUMNS = ["case_id", "rank", "host", "gpu", "iteration", "time_us"]
-STATUSES = ("ok", "wrong", "skipped", "failed", "timeout")
+STATUSES = ("ok", "skipped", "wrong", "failed", "timeout")   # every status a row may have, in summary order
+FAILING = ("wrong", "failed", "timeout")   # statuses that make a run exit 1
+# A measured point: the columns that say two rows measured the same thing (in two runs, or of two
+# repeats). Readers use those of them a folder has. Parameters of a family are further columns.
+POINT_KEY = ("family", "op", "backend", "variant", "dtype", "size_bytes", "world_size", "in_place", "timing")
+# The same point measured by groups of hosts of one run (pairs, a search's groups, per-node launches):
+# the benchmark names it, and the group's size is the placement's, not the point's.
+PLACED_POINT_KEY = ("bench",) + tuple(k for k in POINT_KEY if k != "world_size")
 # Columns a reader turns into numbers (an empty cell becomes NaN).
-NUMERIC = ("pass", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu",
+NUMERIC = ("pass", "attempt", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu",
            "warmup", "iters",
            "time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max", "algbw_gbps", "busbw_gbps",
            "wrong")
@@ -55,8 +66,9 @@ def placement_columns(case) -> dict:
 
 
 def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: int, log: str,
-             status: str = "ok", reason: str = "") -> dict:
-    """A result row for ``case`` with every column of docs/results.md (measurements still empty)."""
+             status: str = "ok", reason: str = "", attempt: int | None = None) -> dict:
+    """A result row for ``case`` with every column of docs/results.md (measurements still empty);
+    ``attempt``: the launch attempt the row settles (the `attempt` column), when there was one."""
     return {
         "suite": case.suite, "bench": case.bench, "case_id": case.case_id, "family": case.family,
         "op": case.op, "backend": case.backend, "variant": case.variant, "dtype": case.dtype,
@@ -66,5 +78,6 @@ def case_row(case, *, world_size: int, num_nodes: int | None, ranks_per_node: in
         "timing": case.timing, "time_us": None, "time_us_min": None, "time_us_p90": None,
         "time_us_max": None, "algbw_gbps": None, "busbw_gbps": None, "wrong": None,
         "status": status, "reason": reason, "log": log,
+        **({ATTEMPT_COLUMN: attempt} if attempt is not None else {}),
         **placement_columns(case), **{k: v for k, v in case.params if k != "in_place"},
     }

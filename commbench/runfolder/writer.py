@@ -27,10 +27,10 @@ from .names import folder_name_part, new_run_dir, utc_stamp  # noqa: F401 (calle
 from .check import read_meta_text
 from .files import storage as _storage
 from .lock import LOCK_NAME, FolderLock
-from .writers_lock import one_writer as _writers, shared_from_env
+from .writers_lock import attempt_from_env, one_writer as _writers, shared_from_env
 from .recognise import recognise_for_resume, redact_meta
 from .samples_kept import SampleKeeper, StampedCases
-from .schema import COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA_VERSION
+from .schema import ATTEMPT_COLUMN, COLUMNS, FINAL_STATUSES, PASS_COLUMN, SAMPLE_COLUMNS, SCHEMA_VERSION
 # A rank that cannot store what it measured ends its launch with this status, and the parent stops
 # the run (the next Cases could not be stored either).
 STORAGE_FULL_EXIT = 75
@@ -115,7 +115,11 @@ class RunFolder:
     # -- rows --
     def append_row(self, row: dict) -> None:
         # Rows another writer added since our last look may be missing from the CSV (it can be
-        # killed between its JSONL line and its CSV line): then the CSV is rewritten.
+        # killed between its JSONL line and its CSV line): then the CSV is rewritten. Inside a launch
+        # attempt the row carries it (`attempt`), and a superseded attempt is refused (writers_lock).
+        fence = attempt_from_env()
+        if fence is not None and row.get(ATTEMPT_COLUMN) is None:
+            row = {**row, ATTEMPT_COLUMN: fence[1]}
         with _writers(self.path, self.shared):
             self._append_row(row)
 
