@@ -61,7 +61,7 @@ def begin(run_dir: Path, task: dict, world) -> LaunchHealth:
     if world.local_rank != 0:
         return LaunchHealth()
     tags = {"launch_id": int(task["launch_id"]), "attempt": int(task.get("attempt", 0)),
-            "node_ranks": world.local_size}
+            "node_ranks": world.local_size, "launch_hosts": list(task.get("hosts") or ())}
     host = world.hostname
     probe = LaunchHealth(Path(run_dir), tags, host)
     try:

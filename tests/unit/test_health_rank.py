@@ -44,6 +44,7 @@ def test_the_ranks_store_start_event_and_end_records_and_accept_names_the_node(t
     assert [(r["phase"], r.get("gpu")) for r in recs] == [("start", 0), ("start", 1), ("event", 1),
                                                           ("end", 0), ("end", 1)]
     assert {r["launch_id"] for r in recs} == {0} and recs[2]["xid"] == 95 and recs[0]["node_ranks"] == 2
+    assert recs[0]["launch_hosts"] == []
     assert recs[3]["events_watched"] == ["single_bit_ecc", "double_bit_ecc", "xid", "dram_retirement"]
     assert recs[3]["during"]["samples"] >= 1 and recs[3]["during"]["pcie_gen_max"] == 5
     host = recs[0]["host"]
