@@ -5,6 +5,7 @@ per-pass values spread more than spread_pct (of their median). A failure names n
 from __future__ import annotations
 
 from commbench.analysis import burnin
+from commbench.runfolder.schema import PASS_COLUMN
 
 from .rules import Rule, metric_unit
 
@@ -14,8 +15,20 @@ def burnin_checks(run, rules: list[Rule], select_rows) -> list[dict]:
     drift_pct or spread_pct (one per failing node, else one that passes) and, on a burn-in, one
     for the rows of every pass. ``select_rows(df, rule)`` is accept's selector."""
     rules = [r for r in rules if r.drift_pct is not None or r.spread_pct is not None]
+    if not rules and not maybe_burnin(run):
+        return []
     df = burnin.pass_rows(run.path)
     return [c for rule in rules for c in _rule_checks(rule, df, select_rows)] + _pass_rows_check(df)
+
+
+def maybe_burnin(run) -> bool:
+    """Whether ``run`` may hold stamped passes, told from what is loaded already (reading every
+    pass's rows back from results.jsonl costs seconds at 100,000 rows). A pass that ended stamped
+    its samples before its rows, so a burn-in whose rows of the last pass are not stamped (cut
+    short) still has ``pass`` in samples.csv; a folder with neither column has no pass that ended,
+    except a burn-in begun by a commbench whose samples had no ``pass`` (docs/results.md) and cut in
+    a pass that measured every Case again."""
+    return PASS_COLUMN in run.results.columns or PASS_COLUMN in getattr(run.samples, "columns", ())
 
 
 def _pass_rows_check(df) -> list[dict]:

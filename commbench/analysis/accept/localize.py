@@ -15,34 +15,61 @@ the node common to every failing pair, or the failing link.
 """
 from __future__ import annotations
 
+from ...runfolder.schema import PLACED_POINT_KEY
+
 import numpy as np
 import pandas as pd
 
-from ...placement.blame import robust_z
+from ...placement.blame import _MAD_FLOOR as MAD_FLOOR, _MAD_SCALE as MAD_SCALE, robust_z
 from .rules import LocalizeSettings
 
 
 def _level_stats(samples: pd.DataFrame, unit: str, settings: LocalizeSettings) -> pd.DataFrame:
-    """Per unit (host or rank) over Cases: how often and how much slower than the others."""
-    recs = []
-    for cid, g in samples.groupby("case_id"):
-        med = g.groupby(unit)["time_us"].median()
-        if len(med) < 2:
-            continue
-        z = robust_z(med) if len(med) >= 3 else pd.Series(np.nan, index=med.index)
-        for name, t in med.items():
-            others = float(med.drop(name).median())
-            excess = (t / others - 1.0) * 100.0 if others > 0 else 0.0
-            recs.append({unit: name, "case_id": cid, "excess_pct": excess, "z": float(z[name]),
-                         "slow": excess >= settings.min_excess_pct})
-    if not recs:
+    """Per unit (host or rank) over Cases: how often and how much slower than the others.
+
+    Per Case, each unit's median time against the median of the other units of that Case (a
+    leave-one-out median, read from the Case's sorted medians), and its robust z among them (3 or
+    more units). Computed for every Case at once: a fleet's 100,000 Cases cost one sort."""
+    med = samples.groupby(["case_id", unit], sort=False)["time_us"].median().dropna().reset_index()
+    n = med.groupby("case_id")["time_us"].transform("size").to_numpy()
+    med = med[n >= 2]
+    if med.empty:
         return pd.DataFrame()
-    per = pd.DataFrame(recs)
+    med = med.sort_values(["case_id", "time_us"], kind="stable").reset_index(drop=True)
+    by_case = med.groupby("case_id", sort=False)["time_us"]
+    t = med["time_us"].to_numpy(dtype=float)
+    n = by_case.transform("size").to_numpy()
+    pos = by_case.cumcount().to_numpy()
+    others = _median_without(t, np.arange(len(t)) - pos, pos, n)
+    excess = np.where(others > 0, (t / np.where(others > 0, others, 1.0) - 1.0) * 100.0, 0.0)
+    per = pd.DataFrame({unit: med[unit], "case_id": med["case_id"], "excess_pct": excess,
+                        "z": _robust_z_per_case(med, by_case, n), "slow": excess >= settings.min_excess_pct})
     out = per.groupby(unit).agg(cases=("case_id", "nunique"), slow_cases=("slow", "sum"),
                                 median_excess_pct=("excess_pct", "median"), median_z=("z", "median"))
     out["share"] = out["slow_cases"] / out["cases"]
     out["flagged"] = out["share"] >= settings.min_share
     return out.reset_index()
+
+
+def _median_without(t: np.ndarray, start: np.ndarray, pos: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The median of each Case's other values: ``t`` sorted within each Case, which starts at
+    ``start`` and holds ``n`` values; the value at ``pos`` left out (its n - 1 others, whose
+    element k is t[start + k] before pos and t[start + k + 1] from it on)."""
+    rest = n - 1
+    lo, hi = (rest - 1) // 2, rest // 2
+
+    def other(k: np.ndarray) -> np.ndarray:
+        return t[start + k + (k >= pos)]
+    return (other(lo) + other(hi)) / 2.0
+
+
+def _robust_z_per_case(med: pd.DataFrame, by_case, n: np.ndarray) -> np.ndarray:
+    """placement.blame.robust_z of each unit's time among its Case's units (NaN under 3 units)."""
+    centre = by_case.transform("median")
+    mad = (med["time_us"] - centre).abs().groupby(med["case_id"], sort=False).transform("median")
+    mad = np.maximum(np.maximum(mad.to_numpy(), MAD_FLOOR * centre.abs().to_numpy()), 1e-12)
+    z = MAD_SCALE * (med["time_us"].to_numpy() - centre.to_numpy()) / mad
+    return np.where(n >= 3, z, np.nan)
 
 
 def slow_from_samples(samples: pd.DataFrame, ok_case_ids=None,
@@ -83,7 +110,7 @@ def host_outliers(results: pd.DataFrame, metric: str = "busbw_gbps", higher_is_b
     if "host" not in results.columns:
         return pd.DataFrame()
     ok = results[results["status"] == "ok"]
-    keys = [k for k in ("op", "backend", "variant", "dtype", "size_bytes") if k in ok.columns]
+    keys = [k for k in PLACED_POINT_KEY if k in ok.columns]
     recs = []
     for _key, g in ok.groupby(keys):
         per_host = g.groupby("host")[metric].median()

@@ -19,15 +19,18 @@ def row_verdicts(run: Run, require_all_ok: bool) -> list[Verdict]:
     """Rows that fail on their own: wrong > 0, failed, timeout (and skipped if required)."""
     df = run.results
     bad_status = {"failed", "timeout", "wrong"} | ({"skipped"} if require_all_ok else set())
+    wrong_col = (pd.to_numeric(df["wrong"], errors="coerce").fillna(0) if "wrong" in df.columns
+                 else pd.Series(0, index=df.index))
+    status_col = df["status"].astype(str) if "status" in df.columns else pd.Series("ok", index=df.index)
+    bad = df[(wrong_col > 0) | status_col.isin(bad_status)]   # the few bad rows, never all rows one by one
     out = []
-    for r in df.to_dict("records"):
+    for r in bad.to_dict("records"):
         wrong = r.get("wrong", 0) or 0
         status = r.get("status", "ok")
-        if wrong > 0 or status in bad_status:
-            size = format_size(int(r["size_bytes"])) if pd.notna(r.get("size_bytes")) else "?"
-            name = f"row {r.get('op')} {r.get('backend')} {r.get('variant')} {r.get('dtype')} {size}"
-            out.append(Verdict(name, "row", False, f"status={status} wrong={int(wrong)}",
-                               "status=ok wrong=0", str(r.get("reason") or status), "status, wrong"))
+        size = format_size(int(r["size_bytes"])) if pd.notna(r.get("size_bytes")) else "?"
+        name = f"row {r.get('op')} {r.get('backend')} {r.get('variant')} {r.get('dtype')} {size}"
+        out.append(Verdict(name, "row", False, f"status={status} wrong={int(wrong)}",
+                           "status=ok wrong=0", str(r.get("reason") or status), "status, wrong"))
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ... import burnin
 from ..plots import figure_png, plt
 from .base import ReportSection
+from commbench.runfolder.schema import PASS_COLUMN
 
 _CACHE: dict = {}
 
@@ -13,6 +14,8 @@ def _burnins(report) -> list[tuple]:
     """(run, its rows of every pass with rel_time) of each run that is a burn-in of 2+ passes."""
     out = []
     for run in report.runs:
+        if PASS_COLUMN not in run.results.columns and PASS_COLUMN not in run.samples.columns:
+            continue   # no pass ended (accept/drift.py's maybe_burnin says why): no reading every row back
         key = (str(run.path), (run.path / "results.jsonl").stat().st_mtime_ns
                if (run.path / "results.jsonl").exists() else 0)
         if key not in _CACHE:
