@@ -107,3 +107,6 @@ class NcclComm:
 
     def close(self) -> None:
         torch.cuda.current_stream(self.device).synchronize()
+        # SymmA2A holds this object (its st) and this object holds it: a cycle that kept both
+        # Cases' buffers until gc ran; cut it so they go by reference count
+        self.symm = None
