@@ -4,8 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-STATUSES = ("ok", "skipped", "wrong", "failed", "timeout")
-FAILING = ("wrong", "failed", "timeout")
+from .runfolder.schema import FAILING, STATUSES
 
 
 def _statuses(run_dir: Path) -> Counter:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from commbench.runfolder.reader import read_meta
-from commbench.runfolder.schema import NUMERIC, PASS_COLUMN, TEXT, TIME_COLUMNS
+from commbench.runfolder.schema import FAILING, NUMERIC, PASS_COLUMN, TEXT, TIME_COLUMNS
 
 NODE = "node"
 
@@ -48,7 +48,6 @@ def node_of(df: pd.DataFrame, hostname) -> pd.Series:
     return node
 
 
-FAILING = ("wrong", "failed", "timeout")
 
 
 def failing_rows(df: pd.DataFrame) -> pd.DataFrame:

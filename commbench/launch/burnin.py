@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import CommbenchError
 from ..runfolder import RunFolder
 from ..runfolder.samples_kept import stamp_samples
-from ..runfolder.schema import PASS_COLUMN, PASS_UTC_COLUMN
+from ..runfolder.schema import FAILING, PASS_COLUMN, PASS_UTC_COLUMN
 from ..runfolder.writer import atomic_write
 from .repeat import default_out, on_root
 
@@ -104,7 +104,6 @@ def run_burnin(suite, out: Path | None, duration_s: float, *, resume: bool, run_
         pass_no, pending, again = pass_no + 1, False, True
 
 
-FAILING = ("wrong", "failed", "timeout")
 
 
 def failures_over_passes(out: Path) -> str:

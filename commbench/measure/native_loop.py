@@ -15,8 +15,7 @@ from typing import Any, Callable
 
 from ..errors import CommbenchError
 
-PIPELINED_REPEATS = 5
-GRAPH_LAUNCHES = 5  # launches of the captured graph per sample, as nccl-tests -G 5
+from .timing import GRAPH_LAUNCHES, PIPELINED_REPEATS   # one definition: the Python and native loops agree
 
 
 class NativeLoopError(CommbenchError):

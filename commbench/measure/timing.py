@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-PIPELINED_REPEATS = 5
-GRAPH_LAUNCHES = 5  # as nccl-tests -G 5
+PIPELINED_REPEATS = 5   # samples of a pipelined Case (each one event pair around a batch); native_loop too
+GRAPH_LAUNCHES = 5  # launches of the captured graph per sample, as nccl-tests -G 5; native_loop too
 
 
 def _sync(stream) -> None:

@@ -14,11 +14,12 @@ test is needed: a bad node makes its groups slower than the groups without it.
 """
 from __future__ import annotations
 
+from ..runfolder.schema import PLACED_POINT_KEY
+
 import math
 import statistics
 
 Group = tuple[str, ...]
-POINT_KEYS = ("bench", "op", "backend", "variant", "dtype", "size_bytes")
 MIN_GROUPS = 3
 NOT_OK = ("failed", "timeout", "wrong")
 UNCOMPARED = "rows ok (too few groups of this size to compare)"
@@ -67,7 +68,7 @@ class GroupJudge:
         for r in rows:
             v = _number(r.get(self.metric))
             if r.get("status") == "ok" and v is not None and not _number(r.get("wrong")):
-                by_point.setdefault(tuple(str(r.get(k)) for k in POINT_KEYS), []).append(v)
+                by_point.setdefault(tuple(str(r.get(k)) for k in PLACED_POINT_KEY), []).append(v)
         return {k: statistics.median(v) for k, v in by_point.items()}
 
     def _verdict(self, group: Group, rows: list[dict], values: dict[tuple, float], refs: dict) -> tuple[bool, str]:

@@ -15,11 +15,12 @@ ones, so a suite measures the two in two benches (suites/acceptance-multinode-cp
 """
 from __future__ import annotations
 
+from ...runfolder.schema import PLACED_POINT_KEY
+
 import pandas as pd
 
 from commbench.units import format_size
 
-POINT_KEYS = ("bench", "op", "backend", "variant", "dtype", "size_bytes")
 MIN_PAIRS = 3  # fewer pairs have no majority of healthy ones to compare with
 COLUMNS = ["hosts", "pair", "bench", "points", "slow_points", "share", "median_excess_pct", "worst_point",
            "worst_excess_pct", "flagged"]
@@ -48,7 +49,7 @@ def compare_pairs(pair_rows: pd.DataFrame, metric: str, min_excess_pct: float, m
     ok = pair_rows[pair_rows["status"] == "ok"].copy() if "status" in pair_rows else pair_rows.copy()
     ok["_t"] = pd.to_numeric(ok[metric], errors="coerce")
     ok = ok.dropna(subset=["_t"])
-    keys = [k for k in POINT_KEYS if k in ok.columns]
+    keys = [k for k in PLACED_POINT_KEY if k in ok.columns]
     recs = []
     for key, g in ok.groupby(keys, dropna=False):
         per_pair = g.groupby("hosts")["_t"].median()

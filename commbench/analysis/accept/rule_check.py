@@ -1,6 +1,8 @@
 """A rule's verdict on a run: select its rows, aggregate the metric, compare (to a baseline)."""
 from __future__ import annotations
 
+from ...runfolder.schema import POINT_KEY
+
 import math
 
 import pandas as pd
@@ -15,7 +17,6 @@ from commbench.units import format_size
 
 # within_pct_of compares the run and the baseline on the points both hold (these columns, where
 # both runs have them), never on two different sets of points.
-POINT_KEY = ("family", "op", "backend", "variant", "dtype", "size_bytes", "world_size", "in_place", "timing")
 # Direction of "worse" for within_pct_of; other metrics are judged two-sided.
 HIGHER_IS_BETTER = ("_gbps", "tokens_per_s", "msgs_per_s")
 LOWER_IS_BETTER = tuple(TIME_COLUMNS)
