@@ -128,7 +128,7 @@ def run_group(ctx: GroupContext, launch, pending: list[str], record: dict) -> di
         for row in settled.rows:
             with ctx.lock:
                 folder.append_row(settled_row(ctx.by_id[row.case_id], row.status, row.reason, record["log"],
-                                              launch.ranks))
+                                              launch.ranks, attempt))
                 ctx.display.event({"event": "done", "case_id": row.case_id, "status": row.status})
         if settled.launch_status is not None:
             record.update(status=settled.launch_status[0], reason=settled.launch_status[1])

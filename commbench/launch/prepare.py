@@ -22,10 +22,11 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def settled_row(case: Case, status: str, reason: str, log: str, ranks: int) -> dict:
-    """Row for a Case the parent settles itself (skipped before launch, timeout, failed launch)."""
+def settled_row(case: Case, status: str, reason: str, log: str, ranks: int, attempt: int | None = None) -> dict:
+    """Row for a Case the parent settles itself (skipped before launch, timeout, failed launch);
+    ``attempt``: the launch attempt it settles (the `attempt` column)."""
     return case_row(case, world_size=ranks, num_nodes=len(case.hosts) or None,
-                    ranks_per_node=case.ranks_per_node, log=log, status=status, reason=reason)
+                    ranks_per_node=case.ranks_per_node, log=log, status=status, reason=reason, attempt=attempt)
 
 
 def _latest_run_of(suite_name: str) -> Path:
