@@ -92,53 +92,20 @@ def run_suite_inside_mpi(suite, out_dir: Path | None, options) -> Path:
         done |= record_unsupported(folder, suite, done)
     done = world.bcast(done)
     by_id = {c.case_id: c for c in suite.cases}
-    lines = None
-    if world.is_root and options.show_progress:   # batch logs: one line per Case, from rank 0
-        from ..ui import CaseLines, describe_case, headline
-
-        lines = CaseLines(sum(cid not in done for l in suite.launches if l.ranks == world.size
-                              for cid in l.case_ids))
-
-        def on_row(row: dict) -> None:
-            lines.case_done(describe_case(by_id[row["case_id"]], row), str(row.get("status")), headline(row))
+    on_row = _progress_lines(world, suite, by_id, done) if options.show_progress else None
     measured_env = None
     for launch in suite.launches:
         cases = [by_id[cid] for cid in launch.case_ids if cid not in done]
         if not cases:
             continue
-        reason = None
-        if launch.ranks != world.size:
-            reason = (f"needs {launch.ranks} ranks; this MPI job has {world.size} "
-                      f"(start it with -n {launch.ranks})")
-        elif measured_env is not None and (launch.env, launch.nccl_profile) != measured_env:
-            reason = ("environment variants (and NCCL profiling: a plugin NCCL loads once) need fresh "
-                      "processes (NCCL/NVSHMEM read their environment once): run commbench outside "
-                      "mpiexec/srun so it starts one job per variant")
+        reason = _why_not_here(world, launch, measured_env)
         if reason:
             if world.is_root:
                 for c in cases:
                     folder.append_row(settled_row(c, "skipped", reason, LOG, launch.ranks))
             continue
         measured_env = (launch.env, launch.nccl_profile)   # NCCL loads a profiler plugin once, too
-        allow_mc = any(c.param("allow_multicast") for c in cases)
-        saved = dict(os.environ)
-        # the launch's environment is built from this process's before it replaces it (built after
-        # a clear, it lost PATH, COMMBENCH_JIT_CACHE and every forwarded variable: nvcc then found
-        # no cc1plus and kernels were cached under ~/.cache)
-        ranks_env = launch_env(folder.path, variant_env(folder, launch, cases), allow_mc)
-        os.environ.clear()
-        os.environ.update(ranks_env)
-        def on_bound(record: dict) -> None:   # rank 0: how the ranks share GPUs, into run.json
-            meta = folder.read_meta()
-            meta.setdefault("gpu_binding", {})[f"inprocess-{launch.launch_id}"] = record
-            folder.write_meta(meta)
-
-        try:
-            run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"),
-                      on_row=on_row if lines is not None else None, on_bound=on_bound)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        _measure_launch(world, folder, launch, cases, on_row)
     pids = set(world.allgather(os.getpid()))   # our own ranks are not "other GPU processes"
     if world.is_root:
         meta = folder.read_meta()
@@ -147,3 +114,57 @@ def run_suite_inside_mpi(suite, out_dir: Path | None, options) -> Path:
         if options.finish is not None:
             options.finish(folder, None)
     return folder.path
+
+
+def _progress_lines(world, suite, by_id: dict, done: set):
+    """Rank 0's one line per Case (batch logs), as a row callback; None on other ranks."""
+    if not world.is_root:
+        return None
+    from ..ui import CaseLines, describe_case, headline
+
+    lines = CaseLines(sum(cid not in done for l in suite.launches if l.ranks == world.size
+                          for cid in l.case_ids))
+
+    def on_row(row: dict) -> None:
+        lines.case_done(describe_case(by_id[row["case_id"]], row), str(row.get("status")), headline(row))
+    return on_row
+
+
+def _why_not_here(world, launch, measured_env) -> str | None:
+    """Why this job's processes cannot measure ``launch`` honestly, or None."""
+    if launch.ranks != world.size:
+        return f"needs {launch.ranks} ranks; this MPI job has {world.size} (start it with -n {launch.ranks})"
+    if measured_env is not None and (launch.env, launch.nccl_profile) != measured_env:
+        return ("environment variants (and NCCL profiling: a plugin NCCL loads once) need fresh "
+                "processes (NCCL/NVSHMEM read their environment once): run commbench outside "
+                "mpiexec/srun so it starts one job per variant")
+    return None
+
+
+def _measure_launch(world, folder: RunFolder, launch, cases: list, on_row) -> None:
+    """The launch's Cases in these processes, under the launch's environment (restored after), with
+    the node's GPU health recorded around them as a launched rank records it."""
+    from .health_probe import begin
+
+    allow_mc = any(c.param("allow_multicast") for c in cases)
+    saved = dict(os.environ)
+    # the launch's environment is built from this process's before it replaces it (built after
+    # a clear, it lost PATH, COMMBENCH_JIT_CACHE and every forwarded variable: nvcc then found
+    # no cc1plus and kernels were cached under ~/.cache)
+    ranks_env = launch_env(folder.path, variant_env(folder, launch, cases), allow_mc)
+    os.environ.clear()
+    os.environ.update(ranks_env)
+
+    def on_bound(record: dict) -> None:   # rank 0: how the ranks share GPUs, into run.json
+        meta = folder.read_meta()
+        meta.setdefault("gpu_binding", {})[f"inprocess-{launch.launch_id}"] = record
+        folder.write_meta(meta)
+
+    health = begin(folder.path, {"launch_id": launch.launch_id, "hosts": list(launch.hosts)}, world)
+    try:
+        run_cases(cases, world, folder, LOG, Progress(folder.path / "logs" / "inprocess.progress.jsonl"),
+                  on_row=on_row, on_bound=on_bound)
+    finally:
+        health.end()
+        os.environ.clear()
+        os.environ.update(saved)
