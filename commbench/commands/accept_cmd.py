@@ -11,7 +11,7 @@ import click
 
 from ..analysis.outputs import check_writable, twin_paths, write_both, writing
 from ..errors import CommbenchError
-from .options import load, overrides_of, price_options, suite_options
+from .options import load, overrides_of, price_options, share_gpu_option, suite_options
 
 
 @click.command("accept")
@@ -31,21 +31,23 @@ from .options import load, overrides_of, price_options, suite_options
                                               "--launch-cost or --estimate-from); run nothing")
 @price_options
 @suite_options
+@share_gpu_option
 def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, junit_path: Path | None,
                out: Path | None, localize: bool | None, dry_run: bool, launch_cost: str | None,
                estimate_from: Path | None, sets: tuple[str, ...], only: tuple[str, ...],
-               max_cases: int | None, max_ranks: int | None) -> None:
+               max_cases: int | None, max_ranks: int | None, share_gpu: bool = False) -> None:
     """Pass/fail a run folder (or run an acceptance suite first) against rules.
 
     Exit status: 0 every check passed, 1 a check failed, 2 bad input (or a suite that cannot run
     here; with --junit, the JUnit file then holds one testcase in error saying why).
     """
     from ..analysis.accept.junit import junit_error_xml
+    from ..launch.preflight import PreflightFailed
     from ..runfolder import is_run_folder
 
     is_suite = not is_run_folder(target)
-    if (sets or only or max_cases or max_ranks) and not is_suite:
-        raise click.UsageError("--set, --only, --max-cases and --max-ranks apply to a suite to run, "
+    if (sets or only or max_cases or max_ranks or share_gpu) and not is_suite:
+        raise click.UsageError("--set, --only, --max-cases, --max-ranks and --share-gpu apply to a suite to run, "
                                f"not to the run folder {target}")
     if dry_run or launch_cost or estimate_from:
         _dry_run(target, dry_run, launch_cost, estimate_from, overrides_of(sets, only), max_cases, max_ranks)
@@ -57,8 +59,18 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
         if out is not None:
             check_writable(twin_paths(out)[0], "--out")
         base_run = _load_run(baseline) if baseline is not None else None
-        run_dir = _run_suite(target, overrides_of(sets, only), max_cases, max_ranks) if is_suite else target
+        run_dir = (_run_suite(target, overrides_of(sets, only), max_cases, max_ranks, share_gpu) if is_suite
+                   else target)
         code = _judge(run_dir, ruleset, base_run, out, junit_path)
+    except PreflightFailed as exc:   # the node is not the suite's shape: a failed verdict, nothing ran
+        if junit_path is not None:
+            from ..analysis.accept.preflight_junit import preflight_junit_xml
+
+            with writing(junit_path, "--junit"):
+                junit_path.write_text(preflight_junit_xml(exc.preflight, Path(target).stem))
+            click.echo(f"wrote {junit_path}", err=True)
+        click.echo(f"FAIL: {exc}", err=True)
+        sys.exit(1)
     except CommbenchError as exc:
         if junit_path is not None:   # CI gets a report that says why, not a missing file
             with writing(junit_path, "--junit"):
@@ -118,7 +130,7 @@ def _ruleset(target: Path, rules_path: Path | None, localize: bool | None):
     return ruleset
 
 
-def _run_suite(target: Path, overrides: dict, max_cases, max_ranks) -> Path:
+def _run_suite(target: Path, overrides: dict, max_cases, max_ranks, share_gpu: bool = False) -> Path:
     """Run the acceptance suite ``target`` as one Run; its folder."""
     if not (target.is_file() and target.suffix in (".yaml", ".yml")):
         raise CommbenchError(f"{target} is neither a run folder (with results.csv) nor a suite "
@@ -127,7 +139,7 @@ def _run_suite(target: Path, overrides: dict, max_cases, max_ranks) -> Path:
 
     suite = load(target, overrides, max_cases, max_ranks)
     with stopping_cleanly(resume_hint=""):
-        return execute(suite, None, overrides=overrides)
+        return execute(suite, None, overrides=overrides, accept=True, share_gpu=share_gpu)
 
 
 def _judge(run_dir: Path, ruleset, base_run, out: Path | None, junit_path: Path | None) -> int:

@@ -51,3 +51,11 @@ def load(suite: Path, overrides: dict, max_cases: int | None, max_ranks: int | N
 
     limits = SuiteLimits(max_cases=max_cases or DEFAULT_MAX_CASES, max_ranks=max_ranks)
     return load_suite(suite, overrides=overrides, limits=limits)
+
+
+def share_gpu_option(fn):
+    """--share-gpu: ranks may share a GPU (as the suite key share_gpu; docs/suites.md)."""
+    return click.option("--share-gpu", "share_gpu", is_flag=True,
+                        help="let ranks share a GPU when a launch has more ranks on the node than it has "
+                             "GPUs (a correctness rehearsal, docs/rehearsal.md); without it such launches "
+                             "are skipped (run) or fail the preflight (accept)")(fn)

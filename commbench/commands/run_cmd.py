@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import CommbenchError
-from .options import load, overrides_of, price_options, suite_options
+from .options import load, overrides_of, price_options, share_gpu_option, suite_options
 
 
 @click.command("run")
@@ -29,6 +29,7 @@ from .options import load, overrides_of, price_options, suite_options
 @price_options
 @click.option("--quiet", is_flag=True, help="no live progress display")
 @suite_options
+@share_gpu_option
 @click.option("--profile", "profile", type=click.Choice(["torch", "nccl"]), default=None,
               help="profile every benchmark's timed batch: torch (torch.profiler traces in traces/) or nccl "
                    "(commbench's NCCL profiler plugin: per-channel kernel time, algorithm, proxy steps); "
@@ -36,7 +37,7 @@ from .options import load, overrides_of, price_options, suite_options
 def run_cmd(suite: Path, out: Path | None, resume: bool, force: bool, repeat: int, duration: str | None,
             dry_run: bool, launch_cost: str | None, estimate_from: Path | None, quiet: bool,
             sets: tuple[str, ...], only: tuple[str, ...], profile: str | None, max_cases: int | None,
-            max_ranks: int | None):
+            max_ranks: int | None, share_gpu: bool = False):
     """Run a suite: every Case measured, checked and stored in a run folder."""
     if (launch_cost or estimate_from) and not dry_run:
         raise click.UsageError("--launch-cost and --estimate-from price a --dry-run")
@@ -54,16 +55,16 @@ def run_cmd(suite: Path, out: Path | None, resume: bool, force: bool, repeat: in
         print_plan(s)
         print_schedule(s, launch_cost, estimate_from)
         return
-    raise SystemExit(_measure(s, out, resume, force, overrides, quiet, repeat, duration_s))
+    raise SystemExit(_measure(s, out, resume, force, overrides, quiet, repeat, duration_s, share_gpu))
 
 
 def _measure(s, out: Path | None, resume: bool, force: bool, overrides: dict, quiet: bool, repeat: int,
-             duration_s: float | None) -> int:
+             duration_s: float | None, share_gpu: bool = False) -> int:
     from .start import execute, print_verdict, stopping_cleanly
 
     def run_one(out_dir, again, before_finish=None):
         return execute(s, out_dir, resume=again, force=force, overrides=overrides, quiet=quiet,
-                       before_finish=before_finish)
+                       before_finish=before_finish, share_gpu=share_gpu)
 
     with stopping_cleanly():
         if duration_s is not None:

@@ -34,10 +34,12 @@ def stopping_cleanly(resume_hint: str = " (continue with --resume)"):
 
 
 def execute(suite, out: Path | None, *, resume: bool = False, force: bool = False,
-            overrides: dict | None = None, quiet: bool = False, finish=None, before_finish=None) -> Path:
+            overrides: dict | None = None, quiet: bool = False, finish=None, before_finish=None,
+            accept: bool = False, share_gpu: bool = False) -> Path:
     """One Run of ``suite`` (a loaded Suite) into ``out``; the run folder. ``finish`` (default: plots,
     summary, report) runs once every row is stored; ``before_finish(folder)`` just before it (a
-    burn-in stamps its pass)."""
+    burn-in stamps its pass). ``accept``: the preflight fails a node short of the suite's shape
+    (exit 1) instead of skipping what it cannot run; ``share_gpu``: `--share-gpu`."""
     from ..analysis.finish import finish as default_finish
     from ..launch.extras import require_run_extras
     from ..launch.run import Run, RunOptions
@@ -49,7 +51,8 @@ def execute(suite, out: Path | None, *, resume: bool = False, force: bool = Fals
             before_finish(folder)
             end(folder, console)
         end = end_pass
-    options = RunOptions(resume=resume, force=force, overrides=overrides, show_progress=not quiet, finish=end)
+    options = RunOptions(resume=resume, force=force, overrides=overrides, show_progress=not quiet, finish=end,
+                         accept=accept, share_gpu=share_gpu)
     return Path(Run.execute(suite, out, options))
 
 

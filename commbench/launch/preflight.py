@@ -22,8 +22,10 @@ Launches placed on named hosts (``placement: per_node | pairs | search``) run el
 node is not theirs, so they are not held against it (a note says so)."""
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 
+from ..errors import CommbenchError
 from ..sysinfo.nvml_devices import GpusSeen
 
 GIB = 1024**3
@@ -279,3 +281,42 @@ def check_preflight(suite, *, accept: bool, share_gpu: bool, machine: GpusSeen |
         machine = read_gpus()
         return preflight(shape, machine)
     return preflight(shape_of(suite, accept=accept, share_gpu=share_gpu), machine)
+
+
+class PreflightFailed(CommbenchError):
+    """The node fails the suite's shape (`accept`): exit 1, nothing launched; ``preflight`` holds
+    the checks for the JUnit file."""
+
+    exit_code = 1
+
+    def __init__(self, pre: Preflight):
+        super().__init__(pre.message())
+        self.preflight = pre
+
+
+def enforce(pre: Preflight) -> None:
+    """Stop as the preflight says: 2 is bad input (CommbenchError), 1 a failed node (PreflightFailed);
+    otherwise say its notes on stderr and go on."""
+    if pre.exit_status == 2:
+        raise CommbenchError(pre.message())
+    if pre.exit_status == 1:
+        raise PreflightFailed(pre)
+    for note in pre.notes:
+        if note != "no launch needs a GPU":
+            print(f"commbench: preflight: {note}", file=sys.stderr, flush=True)
+
+
+def record_preflight(folder, suite, pre: Preflight, done: set[str]) -> set[str]:
+    """The Cases the preflight settles (``pre.skipped``) as skipped rows with their reasons, before
+    any launch; the ids recorded."""
+    from .prepare import settled_row
+
+    by_id = {c.case_id: c for c in suite.cases}
+    recorded = set()
+    for case_id, reason in pre.skipped.items():
+        case = by_id.get(case_id)
+        if case is None or case_id in done:
+            continue
+        folder.append_row(settled_row(case, "skipped", reason, "", case.ranks))
+        recorded.add(case_id)
+    return recorded

@@ -17,6 +17,7 @@ from ..suite import Suite
 from ..world import inside_mpi_job
 from .extras import require_torch_for
 from .group import GroupContext, launch_record, run_group
+from .preflight import check_preflight, enforce, record_preflight
 from .prepare import close_meta, open_meta, prepare_folder, record_unsupported, write_plan
 from .rank_records import merge_rank_records
 from .search_run import run_search
@@ -37,13 +38,15 @@ class RunOptions:
     show_progress: bool = True
     console: object = None
     finish: Finish | None = None
+    accept: bool = False      # the preflight holds the node to the suite's shape strictly (exit 1)
+    share_gpu: bool = False   # `--share-gpu`: ranks may share a GPU (as the suite key share_gpu)
 
 
 class Run:
     """A Suite being measured into ``folder`` (held by this process until the Run ends)."""
 
-    def __init__(self, suite: Suite, folder: RunFolder, options: RunOptions):
-        self.suite, self.folder, self.options = suite, folder, options
+    def __init__(self, suite: Suite, folder: RunFolder, options: RunOptions, preflight=None):
+        self.suite, self.folder, self.options, self.preflight = suite, folder, options, preflight
         self.by_id = {c.case_id: c for c in suite.cases}
         self.meta: dict = {}
         self.done: set[str] = set()
@@ -56,9 +59,11 @@ class Run:
 
             return run_suite_inside_mpi(suite, out_dir, options)
         require_torch_for(suite)
+        pre = check_preflight(suite, accept=options.accept, share_gpu=options.share_gpu)
+        enforce(pre)   # a node short of the suite's shape or without a GPU stops here, before any folder
         folder = prepare_folder(suite, out_dir, options.resume)
         try:
-            return Run(suite, folder, options)._measure()
+            return Run(suite, folder, options, pre)._measure()
         finally:
             folder.release()
 
@@ -69,6 +74,10 @@ class Run:
         self.folder.write_meta(self.meta)
         self.done = self.folder.done_case_ids() if o.resume else set()
         self.done |= record_unsupported(self.folder, self.suite, self.done)
+        if self.preflight is not None:   # Cases the node cannot run (more ranks than GPUs, no GPU)
+            self.meta["preflight"] = self.preflight.to_json()
+            self.folder.write_meta(self.meta)
+            self.done |= record_preflight(self.folder, self.suite, self.preflight, self.done)
 
     def _measure(self) -> Path:
         from ..ui import RunDisplay

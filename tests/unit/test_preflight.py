@@ -243,3 +243,51 @@ def test_node_key_is_read(tmp_path):
     suite = _node_suite(tmp_path, "{gpus: 8, gpu_model: H200, gpu_memory: 64GiB}")
     assert (suite.node.gpus, suite.node.gpu_model, suite.node.gpu_memory_bytes) == (8, "H200", 64 * GIB)
     assert suite.share_gpu is False
+
+
+# --- wired into `run` and `accept` (launch/run.py), nothing launched ---
+
+def _cli(args, monkeypatch, gpus: GpusSeen):
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+
+    monkeypatch.setattr("commbench.sysinfo.nvml_devices.read_gpus", lambda env=None: gpus)
+    return CliRunner().invoke(cli, args, catch_exceptions=False)
+
+
+def test_accept_cli_on_a_short_node_writes_the_verdict_to_junit(tmp_path, monkeypatch):
+    junit = tmp_path / "accept.xml"
+    t0 = time.monotonic()
+    res = _cli(["accept", str(ROOT / "suites" / "acceptance-h100.yaml"), "--junit", str(junit)], monkeypatch,
+               machine(1))
+    assert time.monotonic() - t0 < 30
+    assert res.exit_code == 1, res.output
+    assert "node has 1 GPU, the suite expects 8" in res.output
+    root = ET.fromstring(junit.read_text().split("?>", 1)[1])
+    assert [f.get("message") for f in root.findall(".//failure")] == ["node has 1 GPU, the suite expects 8"]
+
+
+def test_accept_cli_without_gpu_is_bad_input(tmp_path, monkeypatch):
+    junit = tmp_path / "accept.xml"
+    res = _cli(["accept", str(ROOT / "suites" / "acceptance-h200.yaml"), "--junit", str(junit)], monkeypatch,
+               NO_GPU)
+    assert res.exit_code == 2 and "needs a GPU" in res.output
+    assert "error" in junit.read_text()
+
+
+def test_run_cli_records_what_the_node_cannot_run_as_skipped(tmp_path, monkeypatch):
+    import csv
+
+    path = suite_file(tmp_path, """\
+        name: two-ranks
+        benchmarks:
+          - {name: ar, family: collectives, backends: [nccl], ops: [all_reduce], sizes: [4KiB], ranks: 2}
+        """)
+    out = tmp_path / "run"
+    res = _cli(["run", str(path), "--out", str(out), "--quiet"], monkeypatch, machine(1))
+    assert res.exit_code == 1, res.output   # nothing measured: every Case skipped, no launch started
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["status"] for r in rows] == ["skipped"]
+    assert "needs 2 GPUs on one node, this node has 1" in rows[0]["reason"]
+    assert "preflight" in (out / "run.json").read_text()
