@@ -196,16 +196,7 @@ def ensure(ctx) -> NvshmemHandle:
         return cached
     if isinstance(cached, SkipCase):
         raise SkipCase(str(cached))
-    if not str(ctx.device).startswith("cuda"):
-        raise SkipCase("NVSHMEM needs a CUDA GPU on every rank")
-    safety.before_communicator("NVSHMEM")   # the C environment NVSHMEM reads at init
-    refusal = multicast_refusal()
-    if refusal:
-        raise SkipCase(refusal)
-    try:
-        inst = find_install()
-    except NvshmemNotFound as exc:
-        raise SkipCase(str(exc)) from exc
+    inst = _installed_for(ctx)
     import torch
 
     device_index = int(str(ctx.device).split(":")[1]) if ":" in str(ctx.device) else 0
@@ -213,28 +204,8 @@ def ensure(ctx) -> NvshmemHandle:
     lib = load_library("nvshmem_boot", inst)
     _declare(lib)
     lib.cb_boot_set_device(device_index)
-    world = ctx.world
-    uid_size = lib.cb_boot_uid_size()
-    uid = ctypes.create_string_buffer(uid_size)
-    rc = lib.cb_boot_get_uid(uid, uid_size) if world.rank == 0 else 0
-    uid_bytes = world.bcast(uid.raw if world.rank == 0 else None, root=0)
-    if world.bcast(rc, root=0) != 0:
-        raise SkipCase(f"nvshmemx_get_uniqueid failed with status {rc}")
-    uid = ctypes.create_string_buffer(uid_bytes, uid_size)
-    with captured_output() as text:
-        status = lib.cb_boot_init(uid, world.rank, world.size)
-    statuses = world.allgather(status)
-    if any(statuses):
-        bad = next(r for r, s in enumerate(statuses) if s)
-        reason = _reason_from(text[0], statuses[bad]) if status else f"rank {bad}: NVSHMEM init failed"
-        ctx.cache[CACHE_KEY] = SkipCase(reason)
-        raise SkipCase(reason)
-    # NVSHMEM can return success yet stop after the bootstrap (for example
-    # "Unable to initialize any transports" with P2P disabled and no HCA).
-    ready = world.allgather(lib.cb_boot_status() >= 2)
-    if not all(ready):
-        reason = _reason_from(text[0], lib.cb_boot_status()).replace(
-            "could not initialise", "stopped after the bootstrap")
+    reason = _initialise(lib, ctx.world)
+    if reason is not None:
         ctx.cache[CACHE_KEY] = SkipCase(reason)
         raise SkipCase(reason)
     name = ctypes.create_string_buffer(256)
@@ -245,3 +216,42 @@ def ensure(ctx) -> NvshmemHandle:
     ctx.cache[CACHE_KEY] = handle
     ctx.on_close(handle.finalize)
     return handle
+
+
+def _installed_for(ctx):
+    """The NVSHMEM install, once this rank may start NVSHMEM at all (a GPU, multicast held off)."""
+    if not str(ctx.device).startswith("cuda"):
+        raise SkipCase("NVSHMEM needs a CUDA GPU on every rank")
+    safety.before_communicator("NVSHMEM")   # the C environment NVSHMEM reads at init
+    refusal = multicast_refusal()
+    if refusal:
+        raise SkipCase(refusal)
+    try:
+        return find_install()
+    except NvshmemNotFound as exc:
+        raise SkipCase(str(exc)) from exc
+
+
+def _initialise(lib, world) -> str | None:
+    """NVSHMEM started on every rank from rank 0's unique id; None, or why it did not start (the
+    same sentence on every rank)."""
+    uid_size = lib.cb_boot_uid_size()
+    uid = ctypes.create_string_buffer(uid_size)
+    rc = lib.cb_boot_get_uid(uid, uid_size) if world.rank == 0 else 0
+    uid_bytes = world.bcast(uid.raw if world.rank == 0 else None, root=0)
+    rc = world.bcast(rc, root=0)
+    if rc != 0:
+        return f"nvshmemx_get_uniqueid failed with status {rc}"
+    uid = ctypes.create_string_buffer(uid_bytes, uid_size)
+    with captured_output() as text:
+        status = lib.cb_boot_init(uid, world.rank, world.size)
+    statuses = world.allgather(status)
+    if any(statuses):
+        bad = next(r for r, s in enumerate(statuses) if s)
+        return _reason_from(text[0], statuses[bad]) if status else f"rank {bad}: NVSHMEM init failed"
+    # NVSHMEM can return success yet stop after the bootstrap (for example
+    # "Unable to initialize any transports" with P2P disabled and no HCA).
+    if not all(world.allgather(lib.cb_boot_status() >= 2)):
+        return _reason_from(text[0], lib.cb_boot_status()).replace("could not initialise",
+                                                                    "stopped after the bootstrap")
+    return None
