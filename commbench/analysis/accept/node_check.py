@@ -47,7 +47,12 @@ def node_verdicts(run: Run, ruleset: RuleSet) -> tuple[list[Verdict], pd.DataFra
                                f"< +{ruleset.localize.min_excess_pct:g}% vs the others",
                                f"{f['name']} is consistently slower than its peers "
                                f"(median excess {f['median_excess_pct']}%, robust z {f['median_z']})",
-                               "time_us against its peers' median"))
+                               "time_us against its peers' median", **_subject(f["level"], f["name"]),
+                               numbers={"median_excess_pct": float(f["median_excess_pct"]),
+                                        "slow_cases": int(f["slow_cases"]), "cases": int(f["cases"]),
+                                        "robust_z": _number(f["median_z"]),
+                                        "min_excess_pct": ruleset.localize.min_excess_pct,
+                                        "min_share": ruleset.localize.min_share}))
     out += late_verdicts(run, ruleset.localize.min_share)
     return out, findings
 
@@ -62,7 +67,9 @@ def late_verdicts(run: Run, min_share: float) -> list[Verdict]:
                     f"late in < {min_share:.0%} of cases",
                     f"{f['name']} arrives last at the op by its own delay (median {f['median_gap_us']} us "
                     f">= {LATE_MIN_GAP_US:g} us) in most Cases: the others wait for it (late_rank, skew_us)",
-                    "late_rank, late_gap_us")
+                    "late_rank, late_gap_us", **_subject(f["level"], f["name"]),
+                    numbers={"late_cases": int(f["late_cases"]), "cases": int(f["cases"]),
+                             "median_gap_us": _number(f["median_gap_us"]), "min_share": min_share})
             for f in (late[late["flagged"]].to_dict("records") if not late.empty else [])]
 
 
@@ -107,11 +114,13 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
         reason = f"{blame['why']} ({detail})" if detail else blame["why"]
         if blame["node"] is not None:
             out.append(Verdict(f"bad node {blame['node']}", "node", False, f"{len(blame['links'])} failing pair(s)",
-                               "every pair passes", reason, "pairs of nodes"))
+                               "every pair passes", reason, "pairs of nodes", level="node", names=(blame["node"],),
+                               numbers={"failing_pairs": len(blame["links"]), "pairs": len(passed)}))
         elif blame["links"]:
             links = ", ".join("-".join(p) for p in blame["links"])
             out.append(Verdict(f"bad links {links}", "node", False, links, "every pair passes", reason,
-                               "pairs of nodes"))
+                               "pairs of nodes", level="link", names=tuple(",".join(p) for p in blame["links"]),
+                               numbers={"failing_pairs": len(blame["links"]), "pairs": len(passed)}))
     single = placed[~placed["hosts"].astype(str).str.contains(",")]
     if "host" in single.columns and single["host"].nunique() >= 3:
         z = host_outliers(single, z_threshold=ruleset.localize.z_threshold if ruleset.localize else 3.5)
@@ -119,8 +128,29 @@ def placement_verdicts(run: Run, ruleset: RuleSet, baseline: Run | None = None) 
             out.append(Verdict(f"slow host {rec['host']}", "node", False, f"robust z {rec['median_z']:.1f}",
                                f"robust z < {ruleset.localize.z_threshold if ruleset.localize else 3.5:g}",
                                f"{rec['host']} is an outlier among the per-node runs",
-                               "robust z of its time_us among the hosts"))
+                               "robust z of its time_us among the hosts", level="node", names=(str(rec["host"]),),
+                               numbers={"robust_z": _number(rec["median_z"]),
+                                "z_threshold": ruleset.localize.z_threshold if ruleset.localize else 3.5}))
     return out
+
+
+def _subject(level: str, name: str) -> dict:
+    """Verdict's level and names of a localisation finding: a host is a node; a rank is named by
+    its number ('rank 3 (node03 gpu 1)' and 'rank 3' are rank '3')."""
+    name = str(name)
+    if level == "rank":
+        return {"level": "rank", "names": (name.split()[1] if name.startswith("rank ") and len(name.split()) > 1
+                                           else name,)}
+    return {"level": "node", "names": (name[len("host "):] if name.startswith("host ") else name,)}
+
+
+def _number(value) -> float | None:
+    """A finding's number as a float; None for a missing one (NaN is not JSON)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if out == out else None
 
 
 def with_pair_findings(findings: pd.DataFrame, run: Run, ruleset: RuleSet) -> pd.DataFrame:

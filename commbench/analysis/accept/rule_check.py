@@ -82,56 +82,67 @@ def _evaluate_rule(rule: Rule, run: Run, baseline: Run | None) -> Verdict:
     rows = select(run.results, rule)
     ok = rows[rows["status"] == "ok"] if "status" in rows.columns else rows
     desc = f"{rule.aggregate}({rule.metric}) over {len(ok)} ok of {len(rows)} selected rows"
+    nums = {"rows_selected": len(rows), "rows_ok": len(ok), "op": rule.op}   # Verdict.numbers, filled as judged
     if rule.min_rows == 0 and ok.empty:
-        return Verdict(rule.name, "rule", True, desc, "n/a",
+        return _ruling(nums, rule.name, True, desc, "n/a",
                        "not applicable: no rows selected (min_rows 0 makes this rule optional)")
     if len(ok) < max(rule.min_rows, 1):
-        return Verdict(rule.name, "rule", False, desc, f"at least {max(rule.min_rows, 1)} ok rows",
+        return _ruling(nums, rule.name, False, desc, f"at least {max(rule.min_rows, 1)} ok rows",
                        "the selector matched too few ok rows (wrong selector, or points failed)")
     shared = rehearsal.shared_mask(ok)
     if shared.any() and rehearsal.is_speed_metric(rule.metric):   # never judge speed on a rehearsal
         most = int(pd.to_numeric(ok[rehearsal.COLUMN], errors="coerce").max())
-        return Verdict(rule.name, "rule", False, desc, f"{rule.metric} measured with one rank per GPU",
+        return _ruling(nums, rule.name, False, desc, f"{rule.metric} measured with one rank per GPU",
                        f"{int(shared.sum())} selected row(s): " + rehearsal.shared_reason(most))
     value, where = _aggregate(ok, rule)
+    nums["value"] = value
     if math.isnan(value):
-        return Verdict(rule.name, "rule", False, desc, "a number", f"{rule.metric} is empty")
+        return _ruling(nums, rule.name, False, desc, "a number", f"{rule.metric} is empty")
     if rule.op in (">=", "<="):
         passed = value >= rule.value if rule.op == ">=" else value <= rule.value
+        nums["threshold"] = rule.value
         reason = f"{value:.4g}{where} {'meets' if passed else 'misses'} {rule.op} {rule.value:g}"
         if not passed:   # copy rows: every GPU pair (or GPU) that misses it, by name
             reason += slow_pairs(ok, rule.metric, rule.op, rule.value)
-        return Verdict(rule.name, "rule", passed, f"{value:.4g}", f"{rule.op} {rule.value:g}", reason)
+        return _ruling(nums, rule.name, passed, f"{value:.4g}", f"{rule.op} {rule.value:g}", reason)
+    nums["pct"] = rule.pct
     if baseline is None:
-        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+        return _ruling(nums, rule.name, False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
                        "within_pct_of needs a baseline run (--baseline RUN)")
     base_rows = select(baseline.results, rule)
     base_ok = base_rows[base_rows["status"] == "ok"] if "status" in base_rows.columns else base_rows
     base_shared = rehearsal.shared_mask(base_ok)
     if base_shared.any() and rehearsal.is_speed_metric(rule.metric):   # nor against a rehearsal
         most = int(pd.to_numeric(base_ok[rehearsal.COLUMN], errors="coerce").max())
-        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+        return _ruling(nums, rule.name, False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
                        f"baseline: {int(base_shared.sum())} selected row(s): " + rehearsal.shared_reason(most))
     if base_ok.empty:
-        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+        return _ruling(nums, rule.name, False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
                        "the selector matched no ok rows in the baseline run")
     ok, base_ok = _shared_points(ok, base_ok)
     if ok.empty:
-        return Verdict(rule.name, "rule", False, desc, f"within {rule.pct:g}% of baseline",
+        return _ruling(nums, rule.name, False, desc, f"within {rule.pct:g}% of baseline",
                        "no comparable points: the selected ok rows of the run and of the baseline share no "
                        f"point ({', '.join(c for c in POINT_KEY if c in run.results.columns)})")
     value, where = _aggregate(ok, rule)
     base_value, _ = _aggregate(base_ok, rule)
+    nums.update(value=value, baseline_value=base_value, points_shared=len(ok))
     if math.isnan(value) or math.isnan(base_value) or base_value == 0:
-        return Verdict(rule.name, "rule", False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
+        return _ruling(nums, rule.name, False, f"{value:.4g}", f"within {rule.pct:g}% of baseline",
                        f"no comparison possible: baseline {rule.metric} is {base_value:.4g} on the shared points")
     change = (value / base_value - 1.0) * 100.0
     sign = 0 if rule.two_sided else _direction(rule.metric)
     worse_by = -change if sign == 1 else change if sign == -1 else abs(change)
     passed = worse_by <= rule.pct
+    nums.update(change_pct=change, worse_by_pct=worse_by)
     reason = f"{value:.4g}{where} vs baseline {base_value:.4g}: {change:+.1f}%"
-    return Verdict(rule.name, "rule", passed, f"{value:.4g}",
+    return _ruling(nums, rule.name, passed, f"{value:.4g}",
                    f"within {rule.pct:g}% of {base_value:.4g}", reason)
+
+
+def _ruling(numbers: dict, name: str, passed: bool, measured: str, expected: str, reason: str) -> Verdict:
+    """A rule's Verdict with the numbers gathered so far (Verdict.numbers)."""
+    return Verdict(name, "rule", passed, measured, expected, reason, numbers=dict(numbers))
 
 
 def _shared_points(rows: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

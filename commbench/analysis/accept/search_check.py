@@ -74,5 +74,6 @@ def search_verdicts(summary: dict, reasons: dict | None = None) -> list[Verdict]
         seen = [why for group, why in (reasons or {}).items() if set(f.nodes) <= set(group)]
         evidence = f.evidence + (f"; last failure: {seen[-1]}" if seen else "")
         out.append(Verdict(f"{f.confidence} {f.level} {f.name}", "node", False, f.confidence,
-                           "passes alone and in groups", evidence, "host groups"))
+                           "passes alone and in groups", evidence, "host groups", level=f.level,
+                           names=(",".join(f.nodes),) if f.level == "link" else (f.name,)))
     return out
