@@ -1,4 +1,4 @@
-# Quickstart: `make demo` runs the CPU quickstart suite; `make test` runs the tests.
+# Quickstart: `make demo` runs the CPU quickstart suite; `make test` runs the fast tests, `make test-all` all.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_FALLBACK := torch==2.13.0
 
-.PHONY: demo test lint system-deps venv clean cluster-deps slurm-deps
+.PHONY: demo test test-slow test-all lint system-deps venv clean cluster-deps slurm-deps
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -37,9 +37,19 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# -rs: every skipped test says why (no GPU, no nvcc, no Slurm, ...)
+# Two test targets (markers in pyproject.toml; -rs: every skipped test says why):
+#   make test      ruff, then every test that needs no real launch, Slurm, network namespace, browser,
+#                  GPU or fresh venv: the logic, in a few minutes on 2 cores
+#   make test-all  make test, then test-slow: the tests it left out (real MPI launches, tests/slurm,
+#                  tests/cluster, Chromium, the GPU tests, the fresh-venv install)
+SLOW_TESTS := mpi or slurm or cluster or browser or gpu or install
 test: lint
-	$(BIN)/python -m pytest -q -rs -m "not install" tests
+	$(BIN)/python -m pytest -q -rs -m "not ($(SLOW_TESTS))" tests
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m "$(SLOW_TESTS)" tests
+
+test-all: test test-slow
 
 # A real single-node Slurm for tests/slurm (Debian: root and apt). libpmix-dev gives srun a working
 # PMIx; the tests also run a Slurm without it, as Debian's default is.

@@ -38,6 +38,7 @@ def _mpirun() -> str | None:
 
 needs_gpu = pytest.mark.skipif(not _has_gpu(), reason="no CUDA GPU visible: allreduce GPU tests need one")
 needs_mpi = pytest.mark.skipif(_mpirun() is None, reason="no mpirun/mpiexec on PATH")
+pytestmark = pytest.mark.gpu
 
 
 def _nccl_case():

@@ -15,8 +15,9 @@ from commbench.families.moe.experts import LocalExperts
 from commbench.families.moe.layer_ref import BF16_TOKEN_RTOL, token_errors
 from commbench.families.moe.reference import make_tokens
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("triton") is None,
-                                reason="needs a CUDA GPU and Triton")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available() or importlib.util.find_spec("triton") is None,
+                                 reason="needs a CUDA GPU and Triton")]
 
 
 def _setup(counts, hidden=1024, inter=384, cfg=fused.Config(16, 64, 128, 4, 4)):

@@ -16,6 +16,7 @@ from commbench.comm.context import RankContext
 from commbench.families.base import Case
 
 NO_GPU = not torch.cuda.is_available()
+pytestmark = pytest.mark.gpu
 SMALL = {"hidden": 2048, "topk": 4, "experts": 16, "num_sms": 8}
 DEEPEP = {"hidden": 7168, "topk": 8, "experts": 256, "num_sms": 24, "seed": 1}
 DEEPEP_LL = {"hidden": 7168, "topk": 8, "experts": 288, "num_sms": 132, "seed": 1}

@@ -25,6 +25,7 @@ from commbench.families.base import Case
 from commbench.measure.step_split import invariant_problems
 
 NO_GPU = not torch.cuda.is_available()
+pytestmark = pytest.mark.gpu
 BACKENDS = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",
             "deepep_ll")
 # DeepEP's low-latency kernels take hidden 2048 and up; 16 experts keep 4 ranks on one GPU cheap.

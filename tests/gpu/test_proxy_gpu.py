@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 NO_GPU = not torch.cuda.is_available()
-pytestmark = pytest.mark.skipif(NO_GPU, reason="no CUDA GPU: proxy GPU tests need one")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(NO_GPU, reason="no CUDA GPU: proxy GPU tests need one")]
 
 from commbench.errors import SkipCase  # noqa: E402
 from commbench.families import get_family  # noqa: E402

@@ -18,6 +18,7 @@ from commbench.comm.context import RankContext
 from commbench.families.base import Case
 
 NO_GPU = not torch.cuda.is_available()
+pytestmark = pytest.mark.gpu
 MEDIUM = {"model": "llama3-8b", "tokens_per_rank": 4096, "layers": 2}
 SMALL = {"model": "tiny", "hidden": 1024, "ffn": 2816, "heads": 8, "kv_heads": 2, "tokens_per_rank": 1024,
          "layers": 2}
@@ -97,7 +98,6 @@ def ctx():
     return _ctx()
 
 
-@pytest.mark.gpu
 @pytest.mark.skipif(NO_GPU, reason="no CUDA GPU on this machine")
 @pytest.mark.parametrize("index", range(len(plan(1))))
 def test_one_rank(ctx, index):

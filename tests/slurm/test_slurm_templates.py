@@ -18,7 +18,7 @@ from tests.slurm.local_slurm import LocalSlurm, missing
 
 REPO = Path(__file__).resolve().parents[2]
 WHY = missing() or (None if has_mpiexec() else "no mpiexec/mpi4py on this machine")
-pytestmark = pytest.mark.skipif(WHY is not None, reason=WHY or "")
+pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.skipif(WHY is not None, reason=WHY or "")]
 
 SITE = ["--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0"]   # this host's shape
 QUICK = "--set sizes=[8B]"          # the quickstart's 19 Cases at one size, to keep CI short

@@ -57,6 +57,7 @@ def _mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
+@pytest.mark.mpi   # its own mpiexec: starts real ranks
 @pytest.mark.skipif(_mpiexec() is None, reason="no mpiexec: Open MPI is not installed here")
 def test_injected_slow_node_is_named(tmp_path):
     pytest.importorskip("mpi4py", reason="mpi4py is needed to start the ranks")

@@ -9,6 +9,7 @@ from commbench.analysis.accept.node_check import placement_verdicts
 from commbench.analysis.accept.rules import load_rules
 from commbench.runfolder.reader import Run
 from commbench.suite import load_suite
+from tests.conftest import needs_mpi
 
 SUITE = """\
 name: pl
@@ -82,6 +83,7 @@ def test_pair_rounds_name_the_bad_node(tmp_path):
     assert placement_verdicts(_pair_run("none"), ruleset) == []
 
 
+@needs_mpi
 def test_per_node_run_on_this_host_records_the_host(tmp_path, monkeypatch):
     import socket
 
@@ -89,12 +91,6 @@ def test_per_node_run_on_this_host_records_the_host(tmp_path, monkeypatch):
 
     from commbench.cli import cli
     from commbench.runfolder.reader import load
-    from tests.conftest import has_mpiexec
-
-    if not has_mpiexec():
-        import pytest
-
-        pytest.skip("no mpiexec/mpi4py on this machine")
     monkeypatch.setenv("COMMBENCH_HOSTS", socket.gethostname())
     suite = tmp_path / "pn.yaml"
     suite.write_text(textwrap.dedent("""\

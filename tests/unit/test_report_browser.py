@@ -19,6 +19,7 @@ from commbench.analysis.report.build import build_report
 from commbench.runfolder.reader import load_run
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+pytestmark = pytest.mark.browser
 # Injected into a copy of the page: records load errors and each image's decoded and laid-out size.
 PROBE = """<script>
 window.__errs = [];

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from tests.unit.test_waves import pseudo_hosts
+from tests.conftest import needs_mpi
 from commbench.placement.search_judge import GroupJudge
 
 HOSTS = [f"h{i:02d}" for i in range(13)]
@@ -209,6 +210,7 @@ def test_gpu_values_rate_each_gpu_of_a_node_alone_over_its_cases():
     assert values["a"] == pytest.approx((2e4, 2e4)) and values["b"][1] == pytest.approx(values["b"][0] / 3)
 
 
+@needs_mpi
 def test_search_on_local_pseudo_hosts_names_the_host_that_cannot_start(tmp_path, monkeypatch):
     """Three names of this machine (Open MPI starts each locally) and a host that does not exist:
     `run` drives the search through real launches, `accept` names the bad host from run.json. No

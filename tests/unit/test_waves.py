@@ -10,6 +10,7 @@ from commbench.launch.waves import (Estimate, estimate_from_run, pending_waves, 
                                     schedule_lines)
 from commbench.suite import load_suite
 from commbench.suite.launches import Launch
+from tests.conftest import needs_mpi
 
 
 def _launch(i, hosts, cases=("x",)):
@@ -161,6 +162,7 @@ def _launch_span(run, launch_id):
     return (run / "logs" / f"launch-{launch_id}-try0.json").stat().st_mtime, max(e["t"] for e in events)
 
 
+@needs_mpi
 def test_per_node_wave_on_local_pseudo_hosts_runs_together_and_a_bad_host_fails_alone(tmp_path, monkeypatch):
     """Three names of this machine (Open MPI starts each locally) plus a host that does not exist:
     one wave of four launches; the three local ones overlap in time and succeed, the fourth fails
