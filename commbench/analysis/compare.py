@@ -15,7 +15,9 @@ import pandas as pd
 from commbench.runfolder.reader import Run, iteration_times
 from commbench.units import format_size
 
-from . import noise, rehearsal
+from . import compare_stats, noise, rehearsal
+from .compare_stats import MEDIAN_OF_RUNS, UNSTABLE_PCT  # noqa: F401 (re-exported)
+from .compare_rule import CANT_TELL, MOST_REPEATS, PLAUSIBLE_EFFECT_PCT, Evidence, judge  # noqa: F401 (re-exported)
 
 KEY = ["family", "op", "backend", "variant", "dtype", "size_bytes", "world_size"]
 # Optional columns that also tell points apart when both runs have them.
@@ -28,14 +30,9 @@ DISAMBIGUATE = ["timing"]
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_ALPHA = 0.05
 DEFAULT_CORRECTION = "holm"
-UNSTABLE_PCT = 10.0   # a point whose samples or repeats spread wider than this is marked unstable
-# A noise floor above a 10x change: no change a real regression plausibly makes could show, so
-# even a small measured change says nothing (seen: floors of 3e22% on a flipping gloo op).
-PLAUSIBLE_EFFECT_PCT = 900.0
-MOST_REPEATS = 10   # a point that needs more repeats than this to tell is too noisy for repeats
-CANT_TELL = "can't tell"
-# Verdicts, each point exactly one. "worse" (beyond --fail-above), "not comparable" and "missing"
-# fail `compare --fail-above`; "can't tell" does not (it is listed, with the repeats that would tell).
+# Verdicts, each point exactly one (compare_rule.judge decides better/worse/unchanged/can't tell).
+# "worse" (beyond --fail-above), "not comparable" and "missing" fail `compare --fail-above`;
+# "can't tell" makes it inconclusive when the point moved up by more than the gate (exit 3).
 VERDICTS = ("better", "worse", "unchanged", CANT_TELL, "not comparable", "skipped", "new", "missing")
 # The order in which a side reports a point that is not ok in some run.
 _BAD_ORDER = ("failed", "timeout", "wrong", "missing", "skipped")
@@ -72,19 +69,34 @@ def _keys(base: list[pd.DataFrame], new: list[pd.DataFrame]) -> list[str]:
     return keys
 
 
-def _samples_by_case(run: Run) -> dict[str, np.ndarray]:
+def _case_spreads(run: Run) -> dict[str, tuple[float, int]]:
+    """Per case_id: (robust sd of the log per-iteration times, or NaN below 3 positive samples;
+    number of samples), vectorised over every Case of the run."""
     per_iter = iteration_times(run.samples)
-    return {cid: g["time_us"].to_numpy(dtype=float) for cid, g in per_iter.groupby("case_id")}
+    if per_iter.empty:
+        return {}
+    t = pd.to_numeric(per_iter["time_us"], errors="coerce")
+    frame = pd.DataFrame({"case_id": per_iter["case_id"].astype(str), "count": np.isfinite(t)})
+    good = np.isfinite(t) & (t > 0)
+    frame["log"] = np.log(t.where(good))
+    g = frame.groupby("case_id", sort=False)
+    frame["dev"] = (frame["log"] - g["log"].transform("median")).abs()
+    stats = frame.groupby("case_id", sort=False).agg(n=("count", "sum"), pos=("log", "count"),
+                                                      mad=("dev", "median"))
+    spread = np.where(stats["pos"] >= 3, noise.MAD_TO_SIGMA * stats["mad"], np.nan)
+    return dict(zip(stats.index, zip(spread.tolist(), stats["n"].astype(int).tolist())))
 
 
 @dataclass
 class _SidePoint:
-    """One point on one side: per run (in order) its status, time, busbw and samples."""
+    """One point on one side: per run (in order) its status, time, busbw, within-run spread
+    (robust sd of log samples, NaN without 3 samples) and number of samples."""
 
     statuses: list
     times_us: list
     busbw: list
-    samples: list
+    spreads: list
+    counts: list
     shared: list = None   # per run: ranks that shared the point's GPU (0: not said / not shared)
     bounds: list = None   # per run: the point's bound_gbps from its run.json links (NaN: none)
 
@@ -100,32 +112,44 @@ class _SidePoint:
         return min(bad, key=lambda s: _BAD_ORDER.index(s) if s in _BAD_ORDER else -1)
 
 
-def _bound(row: dict, links) -> float:
-    """The row's bound_gbps by analysis/bounds.py (NaN without links or a rule)."""
+def _bounds(frame: pd.DataFrame, links) -> list[float]:
+    """Each row's bound_gbps by analysis/bounds.py (NaN without links or a rule)."""
+    if not links:
+        return [math.nan] * len(frame)
     from .bounds import row_bound
 
-    if not links:
-        return math.nan
-    limit, _ = row_bound(row, links)
-    return limit.gbps if limit else math.nan
+    out = []
+    for row in frame.to_dict("records"):
+        limit, _ = row_bound(row, links)
+        out.append(limit.gbps if limit else math.nan)
+    return out
+
+
+def _column(frame: pd.DataFrame, name: str, default) -> list:
+    return frame[name].tolist() if name in frame.columns else [default] * len(frame)
 
 
 def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
     points: dict[tuple, _SidePoint] = {}
+    nruns = len(runs)
     for i, run in enumerate(runs):
-        samples = _samples_by_case(run)
-        links = (run.meta or {}).get("links")
-        for row in run.results.to_dict("records"):
-            key = tuple(_key_value(row[k]) for k in keys)
-            pt = points.setdefault(key, _SidePoint(["missing"] * len(runs), [math.nan] * len(runs),
-                                                   [math.nan] * len(runs), [None] * len(runs),
-                                                   [0] * len(runs), [math.nan] * len(runs)))
-            pt.bounds[i] = _bound(row, links)
-            pt.shared[i] = rehearsal.ranks_per_gpu(row.get(rehearsal.COLUMN))
-            pt.statuses[i] = str(row.get("status", "ok") or "ok")
-            pt.times_us[i] = _num(row.get("time_us"))
-            pt.busbw[i] = _num(row.get("busbw_gbps"))
-            pt.samples[i] = samples.get(str(row.get("case_id", "")))
+        spreads = _case_spreads(run)
+        frame = run.results
+        key_cols = [[_key_value(v) for v in frame[k].tolist()] for k in keys]
+        statuses = [str(v or "ok") if v == v else "ok" for v in _column(frame, "status", "ok")]
+        times = [_num(v) for v in _column(frame, "time_us", math.nan)]
+        busbw = [_num(v) for v in _column(frame, "busbw_gbps", math.nan)]
+        shared = [rehearsal.ranks_per_gpu(v) for v in _column(frame, rehearsal.COLUMN, None)]
+        bounds = _bounds(frame, (run.meta or {}).get("links"))
+        cases = [str(v) for v in _column(frame, "case_id", "")]
+        for r, key in enumerate(zip(*key_cols)):
+            pt = points.get(key)
+            if pt is None:
+                pt = points[key] = _SidePoint(["missing"] * nruns, [math.nan] * nruns, [math.nan] * nruns,
+                                              [math.nan] * nruns, [0] * nruns, [0] * nruns, [math.nan] * nruns)
+            spread, count = spreads.get(cases[r], (math.nan, 0))
+            pt.statuses[i], pt.times_us[i], pt.busbw[i] = statuses[r], times[r], busbw[r]
+            pt.spreads[i], pt.counts[i], pt.shared[i], pt.bounds[i] = spread, count, shared[r], bounds[r]
     return points
 
 
@@ -147,18 +171,6 @@ def _gmean_list(values) -> float:
     return float(np.exp(np.mean(np.log(v)))) if v else math.nan
 
 
-def _spread(pb: _SidePoint, pn: _SidePoint) -> float:
-    """The point's within-run spread s_j (robust sd of log samples), median over every run."""
-    w = [noise.log_spread(s) for s in pb.samples + pn.samples if s is not None]
-    w = [x for x in w if not math.isnan(x)]
-    return float(np.median(w)) if w else math.nan
-
-
-def _between_pct(p: _SidePoint) -> float:
-    t = [x for x in p.times_us if math.isfinite(x) and x > 0]
-    return 100.0 * (max(t) / min(t) - 1.0) if len(t) >= 2 else 0.0
-
-
 def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd.DataFrame:
     """One row per point present in either side (a Run or a list of Runs): times (geometric mean
     over a side's runs), ratios, noise, p-values, verdict and why."""
@@ -172,7 +184,7 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
         rec["size"] = format_size(int(rec["size_bytes"])) if "size_bytes" in rec else ""
         rec.update(time_base_us=math.nan, time_new_us=math.nan, time_ratio=math.nan,
                    busbw_ratio=math.nan, change_pct=math.nan, noise_pct=math.nan, p_value=math.nan,
-                   p_adjusted=math.nan, unstable=False, repeats_to_tell=math.nan,
+                   noise_shown="", p_adjusted=math.nan, unstable=False, repeats_to_tell=math.nan,
                    verdict="not comparable", why="")
         pb, pn = pb_all.get(key), pn_all.get(key)
         recs.append(rec)
@@ -196,8 +208,19 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
             rec["why"] = "no positive time"
         else:
             comparable.append((rec, pb, pn))
-    _decide(comparable, settings)
+    _decide(comparable, settings, keys)
     return pd.DataFrame(recs)
+
+
+def _decide(comparable: list, settings: CompareSettings, keys: list[str]) -> None:
+    """Verdicts: points without any noise information by the threshold alone, the rest together."""
+    known = [c for c in comparable if compare_stats.has_noise_info(c[1], c[2])]
+    compare_stats.threshold_only([c for c in comparable if not compare_stats.has_noise_info(c[1], c[2])],
+                                 settings, _gmean_list)
+    curve_cols = [k for k in keys if k not in ("size_bytes", "case_id")]
+    curves = [tuple(rec.get(k) for k in curve_cols) for rec, _, _ in known]
+    compare_stats.decide(known, settings, _gmean_list, curves)
+
 
 
 def _bound_columns(pb: _SidePoint, pn: _SidePoint) -> dict:
@@ -211,106 +234,6 @@ def _bound_columns(pb: _SidePoint, pn: _SidePoint) -> dict:
             out["bound_gbps"] = round(bound, 2)
     out.setdefault("bound_gbps", math.nan)
     return out
-
-
-def _has_noise_info(pb: _SidePoint, pn: _SidePoint) -> bool:
-    return (any(x is not None and len(x) >= 3 for x in pb.samples + pn.samples)
-            or len(pb.times_us) > 1 or len(pn.times_us) > 1)
-
-
-def _threshold_only(comparable: list, settings: CompareSettings) -> None:
-    """Points with neither samples nor repeats on either side (an imported nccl-tests table, a
-    reference run kept without samples): nothing says how noisy they are, so a change of the
-    threshold or more is can't tell (it may be noise), a smaller one unchanged, and the row says so."""
-    for rec, pb, pn in comparable:
-        ratio = _gmean_list(pn.times_us) / _gmean_list(pb.times_us)
-        rec["time_ratio"] = round(ratio, 4)
-        bb, bn = _gmean_list(pb.busbw), _gmean_list(pn.busbw)
-        if bb > 0 and bn > 0:
-            rec["busbw_ratio"] = round(bn / bb, 4)
-        rec["change_pct"] = round(100.0 * (ratio - 1.0), 2)
-        if abs(rec["change_pct"]) >= settings.threshold_pct:
-            rec["verdict"] = CANT_TELL
-            rec["why"] = (f"changed {rec['change_pct']:+.4g}% but the noise is unknown: no samples or "
-                          "repeats on either side")
-        else:
-            rec["verdict"] = "unchanged"
-            rec["why"] = "no samples or repeats: threshold only"
-
-
-def _decide(comparable: list, settings: CompareSettings) -> None:
-    """Fill ratios, noise, p-values and verdicts of the comparable points (all at once: the noise
-    estimate and the correction look at every point)."""
-    _threshold_only([c for c in comparable if not _has_noise_info(c[1], c[2])], settings)
-    comparable = [c for c in comparable if _has_noise_info(c[1], c[2])]
-    if not comparable:
-        return
-    spreads = [_spread(pb, pn) for _, pb, pn in comparable]
-    known = [s for s in spreads if not math.isnan(s)]
-    fallback = float(np.median(known)) if known else 1.0   # no samples anywhere: c carries the scale
-    spreads = [max(noise.SPREAD_FLOOR, fallback if math.isnan(s) else s) for s in spreads]
-    residuals, changes, scale, within_var = [], [], [], []
-    for (rec, pb, pn), s in zip(comparable, spreads):
-        lb, ln = np.log(pb.times_us), np.log(pn.times_us)
-        changes.append(float(ln.mean() - lb.mean()))
-        scale.append(math.sqrt(1 / len(lb) + 1 / len(ln)))
-        for logs in (lb, ln):
-            if len(logs) >= 2:
-                dof = math.sqrt(len(logs) / (len(logs) - 1))
-                residuals += [float(x - logs.mean()) / s * dof for x in logs]
-        within_var.append(sum(np.mean([noise.median_log_variance(x) if x is not None else 0.0
-                                       for x in side.samples]) / len(side.times_us) for side in (pb, pn)))
-    curves = [tuple(v for k, v in rec.items() if k not in ("size_bytes", "size")) for rec, _, _ in comparable]
-    errors, _source = noise.standard_errors(changes, spreads, scale, residuals, within_var, curves)
-    p_raw = []
-    for rec, d, se in zip((c[0] for c in comparable), changes, errors):
-        rec["_d"], rec["_se"] = d, se
-        p_raw.append(noise.two_sided_p(d / se) if se > 0 else 1.0)
-    p_adj = noise.adjust(p_raw, settings.correction)
-    z_detect = noise.detect_z(settings.alpha, len(comparable), settings.correction)
-    for (rec, pb, pn), s, p, pa in zip(comparable, spreads, p_raw, p_adj):
-        d, se = rec.pop("_d"), rec.pop("_se")
-        ratio = math.exp(d)
-        rec["time_ratio"] = round(ratio, 4)
-        bb, bn = _gmean_list(pb.busbw), _gmean_list(pn.busbw)
-        if bb > 0 and bn > 0:
-            rec["busbw_ratio"] = round(bn / bb, 4)
-        rec["change_pct"] = round(100.0 * (ratio - 1.0), 2)
-        rec["noise_pct"] = round(noise.detectable_pct(se, z_detect), 2)
-        rec["p_value"], rec["p_adjusted"] = float(f"{p:.3g}"), float(f"{pa:.3g}")
-        between = max(_between_pct(pb), _between_pct(pn))
-        rec["unstable"] = bool(100.0 * s > UNSTABLE_PCT or between > UNSTABLE_PCT)
-        _verdict(rec, d, z_detect * se, pa, settings, math.sqrt(1 / len(pb.times_us) + 1 / len(pn.times_us)))
-        if rec["unstable"]:
-            why = f"unstable: spread {100.0 * s:.0f}% within runs" + (
-                f", {between:.0f}% between repeats" if between else "")
-            rec["why"] = f"{rec['why']}; {why}" if rec["why"] else why
-
-
-def _verdict(rec: dict, d: float, floor_log: float, p_adjusted: float, settings: CompareSettings,
-             scale: float) -> None:
-    """better/worse only for a change of at least the threshold, significant, and at least the
-    point's noise floor (compared as log ratios: 2x faster is as large as 2x slower). A change of
-    the threshold the point cannot show, or a floor no plausible change clears, is can't tell."""
-    big = abs(rec["change_pct"]) >= settings.threshold_pct
-    if big and p_adjusted < settings.alpha and abs(d) >= floor_log:
-        rec["verdict"] = "worse" if d > 0 else "better"
-        return
-    plausible_log = math.log1p(PLAUSIBLE_EFFECT_PCT / 100.0)
-    if not big and floor_log <= plausible_log:
-        rec["verdict"] = "unchanged"
-        return
-    rec["verdict"] = CANT_TELL
-    if big:
-        rec["why"] = f"changed {rec['change_pct']:+.4g}% within its noise floor of {rec['noise_pct']:.4g}%"
-        target = abs(d)
-    else:
-        rec["why"] = (f"noise floor {rec['noise_pct']:.4g}%: not even a {PLAUSIBLE_EFFECT_PCT / 100 + 1:g}x "
-                      f"change would show")
-        target = plausible_log
-    # The floor falls as sqrt(1/R_base + 1/R_new): the R on both sides that brings it to target.
-    need = max(2, math.ceil(2.0 / (target * scale / floor_log) ** 2)) if target > 0 else math.inf
-    rec["repeats_to_tell"] = need if need <= MOST_REPEATS else math.inf
 
 
 def regressions(points: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:

@@ -8,8 +8,8 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from .compare import (CANT_TELL, MOST_REPEATS, PLAUSIBLE_EFFECT_PCT, UNSTABLE_PCT, VERDICTS, CompareSettings,
-                      regressions)
+from .compare import CANT_TELL, MOST_REPEATS, UNSTABLE_PCT, VERDICTS, CompareSettings, regressions
+from .compare_rule import format_floor, legend
 from .text_table import text_table
 
 WIDTH = 80             # prose lines wrap here; tables keep their width
@@ -19,12 +19,10 @@ NAME_COLUMNS = ("variant", "dtype", "in_place", "timing", "world_size")
 
 
 def noise_note(points: pd.DataFrame, settings: CompareSettings) -> str:
-    """One sentence on how the verdicts were decided (for the terminal and the report)."""
+    """How the verdicts were decided, generated from compare_rule's rule (terminal and report)."""
     tested = int(points["p_value"].notna().sum()) if "p_value" in points else 0
-    return (f"better/worse: time changed by >= {settings.threshold_pct:g}%, the change stands out from the "
-            f"point's noise ({settings.correction} correction over {tested} points, alpha {settings.alpha:g}) "
-            f"and is at least its noise floor (noise_pct); a point that cannot show that, or whose floor is "
-            f"above {PLAUSIBLE_EFFECT_PCT:g}%, is {CANT_TELL}.")
+    rules = legend(settings.threshold_pct, settings.alpha, settings.correction, tested)
+    return "Verdicts, the first rule that holds: " + " ".join(rules)
 
 
 def _gmean(values: pd.Series) -> float | None:
@@ -91,7 +89,7 @@ def point_lines(points: pd.DataFrame, rows: pd.DataFrame, why: bool = False) -> 
                                 and points[c].astype(str).nunique() > 1] + ["size"]
     out = rows[[c for c in cols if c in rows.columns]].copy()
     out["change %"] = [_fmt_pct(v, signed=True) for v in rows["change_pct"]]
-    out["noise floor %"] = [_fmt_pct(v) for v in rows["noise_pct"]]
+    out["noise floor"] = [format_floor(float(v)) if v == v else "" for v in rows["noise_pct"]]
     if "pct_of_bound_new" in rows and rows["pct_of_bound_new"].notna().any():
         out["% of bound"] = [_fmt_pct(v) for v in rows["pct_of_bound_new"]]   # NEW's busbw / its ceiling
     if (rows["verdict"] == CANT_TELL).any():
@@ -136,33 +134,56 @@ def terminal_summary(points: pd.DataFrame, settings: CompareSettings,
     return lines
 
 
+def _short(value, digits: int = 3) -> str:
+    v = float(value) if value is not None else math.nan
+    return "" if math.isnan(v) else f"{v:.{digits}g}"
+
+
+def points_table(g: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
+    """One op's points for the report: names that vary, size, both times, ratio, floor, verdict and
+    why; numbers to 3 digits, so a row reads in one or two lines at 1400 px."""
+    names = [c for c in ("backend", *NAME_COLUMNS) if c in points.columns and (c == "backend" or
+                                                                             points[c].astype(str).nunique() > 1)]
+    out = g[names + ["size"]].copy()
+    out["base us"] = [_short(v) for v in g["time_base_us"]]
+    out["new us"] = [_short(v) for v in g["time_new_us"]]
+    out["ratio"] = [_short(v) for v in g["time_ratio"]]
+    out["floor"] = [format_floor(float(v)) if v == v else "" for v in g["noise_pct"]]
+    if "pct_of_bound_new" in g and g["pct_of_bound_new"].notna().any():
+        out["% of bound"] = [_short(v) for v in g["pct_of_bound_new"]]
+    if (g["verdict"] == CANT_TELL).any():
+        out["repeats"] = [_fmt_repeats(v) for v in g["repeats_to_tell"]]
+    out["verdict"] = list(g["verdict"])
+    out["why"] = list(g["why"])
+    return out.reset_index(drop=True)
+
+
 def compare_document(base_label: str, new_label: str, points: pd.DataFrame, settings: CompareSettings,
-                     warnings: list[str] | None = None):
+                     warnings: list[str] | None = None, outcome=None):
     """The comparison as a Document (HTML and Markdown through commbench.analysis.report)."""
+    from .compare_plot import ratio_figure_png
     from .report.document import Document
 
     doc = Document(f"commbench compare: {base_label} -> {new_label}")
     sec = doc.section("Summary")
     for w in warnings or []:
         sec.text(f"Warning: {w}")
-    sec.text("Ratios are NEW/BASE (time < 1 and busbw > 1 are faster); a side with several runs "
-             "counts the geometric mean of their median times. " + noise_note(points, settings)
-             + " Unstable points (samples or repeats spread over "
-             f"{UNSTABLE_PCT:g}%) are marked; geometric means are over comparable points. Each point has "
-             "one verdict: the verdict counts add up to points (new: only in NEW; missing: only in BASE).")
+    if outcome is not None:
+        sec.text(f"Gate: {outcome.sentence} (exit status {outcome.exit_status}).")
+    sec.text("Ratios are NEW/BASE (time < 1 and busbw > 1 are faster); a side's time is the mean of its "
+             "runs' log median times, or their median with 3 runs or more. Unstable points (samples or "
+             f"repeats spread over {UNSTABLE_PCT:g}%) are marked; geometric means are over comparable "
+             "points. Each point has one verdict: the verdict counts add up to points (new: only in NEW; "
+             "missing: only in BASE).")
+    sec.text(noise_note(points, settings))
     sec.table(summarize(points), "no points")
     advice = repeats_advice(points)
     if advice:
         sec.text(advice)
+    if not points.empty:
+        sec.image(ratio_figure_png(points), "time ratio NEW/BASE against size per op, with the noise band",
+                  "compare_ratio.png")
     sec = doc.section("Points")
-    shown = [c for c in ("op", "backend", "variant", "dtype", "in_place", "world_size", "timing", "size",
-                         "time_base_us", "time_new_us", "time_ratio", "busbw_ratio", "bound_gbps",
-                         "pct_of_bound_base", "pct_of_bound_new", "noise_pct",
-                         "p_adjusted", "unstable", "repeats_to_tell", "verdict", "why")
-             if c in points.columns and not (c.startswith(("bound", "pct_of_bound")) and points[c].isna().all())]
     for op, g in points.groupby("op", sort=True):
-        table = g[shown].drop(columns=["op"]).reset_index(drop=True)
-        if "repeats_to_tell" in table:
-            table["repeats_to_tell"] = [_fmt_repeats(v) for v in table["repeats_to_tell"]]
-        sec.sub(str(op)).table(table)
+        sec.sub(str(op)).table(points_table(g, points))
     return doc

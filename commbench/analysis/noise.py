@@ -37,6 +37,8 @@ NEIGHBOUR_SHARE = 0.25         # share of all points whose changes set a point's
 DETECT_POWER = 0.99            # noise_pct: the change detected with this probability
 TAIL_DOF = 6                   # Student t degrees of freedom of run-to-run shifts (heavy tails)
 CORRECTIONS = ("holm", "bh", "none")
+MIRROR_Q = 0.2                 # level of the mirror test (a false discovery rate: mirror_selected)
+BLOCKS = 64                    # neighbour windows per width of the window (see _neighbour_scale)
 
 
 def log_spread(samples: np.ndarray) -> float:
@@ -176,18 +178,63 @@ def standard_errors(changes, spreads, scale, residuals, within_var, curves) -> t
 
 
 def _neighbour_scale(d: np.ndarray, s: np.ndarray, k: np.ndarray, curves: list) -> np.ndarray:
-    """Per point: the MAD-sigma of (d_i - median d) over the NEIGHBOUR_SHARE of points, on other
-    curves, whose log within-run spread is closest (rescaled to this point's number of runs)."""
+    """Per point: the MAD-sigma of (d_i - median d) over about NEIGHBOUR_SHARE of the points, on
+    other curves, nearest in within-run spread (rescaled to this point's number of runs).
+
+    The points are sorted by log s once; the points of one block of BLOCKS consecutive ranks share
+    one window of ranks centred on the block, holding ``width`` points plus those of the curves
+    found in the block; a point's own curve is then left out of the window's median by rank
+    arithmetic (with x of the removed values below the median, the rest's median is the window's
+    value of rank (rest - 1) / 2 + x).
+    O(n log n): sorting, one sort per block, and counts per curve."""
     n = len(d)
     width = max(MIN_POINTS_FOR_NULL, math.ceil(n * NEIGHBOUR_SHARE))
     dev = np.abs(d - np.median(d)) / k          # per unit of sqrt(1/R_base + 1/R_new)
-    log_s = np.log(s)
-    curve_of = np.array([hash(c) for c in curves])
+    order = np.argsort(np.log(s), kind="stable")
+    _, curve_of = np.unique(np.array([hash(c) for c in curves]), return_inverse=True)
+    sizes = np.bincount(curve_of)
     out = np.empty(n)
-    for j in range(n):
-        others = np.flatnonzero(curve_of != curve_of[j])
-        if len(others) < MIN_POINTS_FOR_NULL:   # (almost) one curve: every point is a neighbour
-            others = np.arange(n)
-        near = others[np.argsort(np.abs(log_s[others] - log_s[j]), kind="stable")[:width]]
-        out[j] = MAD_TO_SIGMA * float(np.median(dev[near])) * k[j]
+    step = max(1, width // BLOCKS)
+    for lo in range(0, n, step):
+        block = order[lo:lo + step]
+        own = sizes[curve_of[block]].max()
+        span = min(n, width + own)
+        start = min(max(0, lo + len(block) // 2 - span // 2), n - span)
+        window = order[start:start + span]
+        vals = np.sort(dev[window])
+        mid = vals[(span - 1) // 2]
+        below = np.bincount(curve_of[window], weights=(dev[window] < mid), minlength=len(sizes))
+        inside = np.bincount(curve_of[window], minlength=len(sizes))
+        x, inn = below[curve_of[block]], inside[curve_of[block]]
+        left = span - inn
+        # the median of the window without the point's own curve: rank (left - 1) / 2 among the
+        # rest, x of the removed values lying below it; (almost) one curve: every point counts
+        med_rank = np.where(left < MIN_POINTS_FOR_NULL, (span - 1) / 2.0, (left - 1) / 2.0 + x)
+        lo_r = np.clip(np.floor(med_rank).astype(int), 0, span - 1)
+        hi_r = np.clip(np.ceil(med_rank).astype(int), 0, span - 1)
+        out[block] = MAD_TO_SIGMA * 0.5 * (vals[lo_r] + vals[hi_r]) * k[block]
+    return out
+
+
+def mirror_selected(z: np.ndarray, q: float = MIRROR_Q) -> np.ndarray:
+    """Which points stand out of the mirror test: with no change at all the two sides are
+    exchangeable, so as many points move by a given number of standard errors one way as the other
+    (whatever the law of the noise, heavy tails and whole-run states included). A point with
+    z = d / se > 0 is selected when it lies at or above the smallest t where
+    (1 + #{z <= -t}) / #{z >= t} <= q (the knockoff+ filter: the share of false changes among the
+    selected stays under q; with nothing changed, the chance that any point is selected too);
+    likewise for z < 0. O(n log n)."""
+    z = np.asarray(z, dtype=float)
+    out = np.zeros(len(z), dtype=bool)
+    for sign in (1.0, -1.0):
+        w = sign * z
+        pos = np.sort(w[w > 0])
+        if len(pos) == 0:
+            continue
+        neg = np.sort(-w[w < 0])                        # magnitudes of the other way
+        same = len(pos) - np.arange(len(pos))           # #{w >= t} for t = pos[i]
+        other = len(neg) - np.searchsorted(neg, pos, side="left")   # #{-w >= t}
+        ok = np.flatnonzero((1.0 + other) / same <= q)
+        if len(ok):
+            out |= w >= pos[ok[0]]
     return out

@@ -1,0 +1,153 @@
+"""The numbers behind each compared point's verdict, for every point at once (numpy, no loop over
+points in Python): each side's time, the change, the noise, p-values and the mirror test, handed to
+compare_rule.judge (docs/report.md, "How a verdict is reached").
+
+A side's time is the mean of its runs' log median times, or their median with MEDIAN_OF_RUNS runs
+or more (a run whose Case sat in a slow state moves the median of three runs by nothing). The
+standard error of a change is the largest of: the spread of the changes of similar points
+(noise.standard_errors), the spread of repeats pooled over the points, half the within-run spread,
+and the point's own repeats (their variance around their side's mean, so a Case that sat in
+another state in one run of several is as noisy as that run says)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import noise
+from .compare_rule import Evidence, format_floor, judge
+
+MEDIAN_OF_RUNS = 3    # a side with this many runs or more takes the median of its runs' times
+UNSTABLE_PCT = 10.0   # a point whose samples or repeats spread wider than this is marked unstable
+PRIOR_DOF = 4.0      # degrees of freedom the pooled error weighs against a point's own repeats
+# variance of the median of R normal values over that of their mean (R = 3, 4, 5; pi/2 beyond)
+MEDIAN_EFFICIENCY = {3: 1.35, 4: 1.19, 5: 1.43}
+
+
+def _matrix(sides, attr: str) -> np.ndarray:
+    return np.array([getattr(p, attr) for p in sides], dtype=float)
+
+
+def _center(logs: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per point the side's centre of its runs' log times, and the variance factor of that centre
+    against a single run's (1/R for a mean, about (pi/2)/R for a median)."""
+    r = logs.shape[1]
+    if r >= MEDIAN_OF_RUNS:
+        return np.median(logs, axis=1), MEDIAN_EFFICIENCY.get(r, math.pi / 2) / r
+    return logs.mean(axis=1), 1.0 / r
+
+
+def _own_variance(lb: np.ndarray, ln: np.ndarray) -> np.ndarray:
+    """The variance of one run's log time from the point's own repeats (both sides pooled), NaN
+    where neither side has two runs."""
+    ss, dof = np.zeros(len(lb)), 0
+    for logs in (lb, ln):
+        if logs.shape[1] >= 2:
+            ss = ss + ((logs - logs.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+            dof += logs.shape[1] - 1
+    return ss / dof if dof else np.full(len(lb), np.nan)
+
+
+def _moderated(pooled_se: np.ndarray, own_var: np.ndarray, dof: int) -> np.ndarray:
+    """The standard error from the pooled estimate (PRIOR_DOF degrees of freedom' worth) and the
+    point's own repeats (``dof``) together, as an empirical-Bayes moderated variance: a point whose
+    repeats agree keeps about the pooled error, one whose repeats disagree (a Case in another state
+    in one run) takes its own, larger one. Never below the pooled error."""
+    if dof <= 0:
+        return pooled_se
+    own = np.nan_to_num(own_var, nan=0.0)
+    mixed = (PRIOR_DOF * pooled_se ** 2 + dof * own) / (PRIOR_DOF + dof)
+    return np.maximum(pooled_se, np.sqrt(mixed))
+
+
+def _pooled_residuals(lb: np.ndarray, ln: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Repeats' run times around their side's mean, in units of the point's within-run spread,
+    corrected for the degrees of freedom (noise.standard_errors pools them over every point)."""
+    out = []
+    for logs in (lb, ln):
+        r = logs.shape[1]
+        if r >= 2:
+            res = (logs - logs.mean(axis=1, keepdims=True)) / s[:, None] * math.sqrt(r / (r - 1))
+            out.append(res.ravel())
+    return np.concatenate(out) if out else np.array([])
+
+
+def has_noise_info(pb, pn) -> bool:
+    """Samples (3 or more) on either side, or repeats: something says how noisy the point is."""
+    counts = [c for c in pb.counts + pn.counts if c == c]
+    return any(c >= 3 for c in counts) or len(pb.times_us) > 1 or len(pn.times_us) > 1
+
+
+def _ratios(rec: dict, d: float, pb, pn, gmean) -> None:
+    ratio = math.exp(d)
+    rec["time_ratio"] = round(ratio, 4)
+    bb, bn = gmean(pb.busbw), gmean(pn.busbw)
+    if bb > 0 and bn > 0:
+        rec["busbw_ratio"] = round(bn / bb, 4)
+    rec["change_pct"] = round(100.0 * (ratio - 1.0), 2) if ratio < 1e300 else math.inf
+
+
+def threshold_only(comparable: list, settings, gmean) -> None:
+    """Points with neither samples nor repeats on either side: the noise is unknown."""
+    for rec, pb, pn in comparable:
+        d = math.log(gmean(pn.times_us) / gmean(pb.times_us))
+        _ratios(rec, d, pb, pn, gmean)
+        verdict, why, _ = judge(Evidence(d=d, floor_log=math.nan, p_adjusted=math.nan, known_noise=False),
+                                settings.threshold_pct, settings.alpha)
+        rec.update(verdict=verdict, why=why)
+
+
+def decide(comparable: list, settings, gmean, curve_of) -> None:
+    """Fill ratios, noise, p-values and verdicts of the comparable points (all at once: the noise
+    estimate, the correction and the mirror test look at every point)."""
+    if not comparable:
+        return
+    pbs, pns = [c[1] for c in comparable], [c[2] for c in comparable]
+    lb, ln = np.log(_matrix(pbs, "times_us")), np.log(_matrix(pns, "times_us"))
+    spreads_all = np.hstack([_matrix(pbs, "spreads"), _matrix(pns, "spreads")])
+    with np.errstate(all="ignore"):
+        s = np.nanmedian(np.where(np.isfinite(spreads_all), spreads_all, np.nan), axis=1) \
+            if spreads_all.size else np.full(len(comparable), np.nan)
+    known = s[np.isfinite(s)]
+    s = np.maximum(noise.SPREAD_FLOOR, np.where(np.isfinite(s), s, float(np.median(known)) if len(known) else 1.0))
+    cb, fb = _center(lb)
+    cn, fn = _center(ln)
+    d = cn - cb
+    k = np.full(len(d), math.sqrt(fb + fn))
+    within_var = np.zeros(len(d))
+    for side, logs in ((pbs, lb), (pns, ln)):
+        w = np.nan_to_num(_matrix(side, "spreads"), nan=0.0)
+        n_samples = np.maximum(_matrix(side, "counts"), 1.0)
+        within_var += (noise.MEDIAN_VARIANCE * w * w / n_samples).mean(axis=1) / logs.shape[1]
+    errors, _ = noise.standard_errors(d, s, k, _pooled_residuals(lb, ln, s), within_var, curve_of)
+    se = _moderated(np.asarray(errors), _own_variance(lb, ln) * k * k, lb.shape[1] + ln.shape[1] - 2)
+    z = np.where(se > 0, d / np.where(se > 0, se, 1.0), 0.0)
+    p_raw = [noise.two_sided_p(x) if e > 0 else 1.0 for x, e in zip(z, se)]
+    p_adj = noise.adjust(p_raw, settings.correction)
+    z_detect = noise.detect_z(settings.alpha, len(comparable), settings.correction)
+    single = lb.shape[1] == 1 or ln.shape[1] == 1
+    mirrored = noise.mirror_selected(z) if single else np.ones(len(d), dtype=bool)
+    between = np.maximum(_between_pct(lb), _between_pct(ln))
+    for i, (rec, pb, pn) in enumerate(comparable):
+        _ratios(rec, float(d[i]), pb, pn, gmean)
+        rec["time_base_us"], rec["time_new_us"] = float(np.exp(cb[i])), float(np.exp(cn[i]))
+        floor_log = float(z_detect * se[i])
+        rec["noise_pct"] = round(noise.detectable_pct(se[i], z_detect), 2)
+        rec["noise_shown"] = format_floor(rec["noise_pct"])
+        rec["p_value"], rec["p_adjusted"] = float(f"{p_raw[i]:.3g}"), float(f"{p_adj[i]:.3g}")
+        rec["unstable"] = bool(100.0 * s[i] > UNSTABLE_PCT or between[i] > UNSTABLE_PCT)
+        ev = Evidence(d=float(d[i]), floor_log=floor_log, p_adjusted=p_adj[i], mirrored=bool(mirrored[i]),
+                      scale=float(k[i]), single=single)
+        rec["verdict"], rec["why"], rec["repeats_to_tell"] = judge(ev, settings.threshold_pct, settings.alpha)
+        if rec["unstable"]:
+            why = f"unstable: spread {100.0 * s[i]:.0f}% within runs" + (
+                f", {between[i]:.0f}% between repeats" if between[i] else "")
+            rec["why"] = f"{rec['why']}; {why}" if rec["why"] else why
+
+
+def _between_pct(logs: np.ndarray) -> np.ndarray:
+    """Per point: 100 (max / min - 1) over a side's runs (0 for one run)."""
+    if logs.shape[1] < 2:
+        return np.zeros(len(logs))
+    with np.errstate(over="ignore"):
+        return 100.0 * np.expm1(logs.max(axis=1) - logs.min(axis=1))
