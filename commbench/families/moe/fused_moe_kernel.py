@@ -49,6 +49,16 @@ def _load_w(ptrs, k_ok, wmask, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
 
 
 @triton.jit
+def _load_x(ptrs, mask_rows, k_ok, EVEN_K: tl.constexpr):
+    """A [rows, BK] tile of x; rows past the end read as zeros (and K's tail when it is uneven)."""
+    if EVEN_K:
+        x = tl.load(ptrs, mask=mask_rows[:, None], other=0.0)
+    else:
+        x = tl.load(ptrs, mask=mask_rows[:, None] & k_ok[None, :], other=0.0)
+    return x
+
+
+@triton.jit
 def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
           stride_xm, stride_we, stride_wn, stride_om,
           SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -58,88 +68,116 @@ def _tile(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
     [n0, n0 + BN); rows at or past `end` are computed but not stored. PAIR (gate/up only):
     0: gate and up are two products; 1: one product over 2*BN weight rows gathered in pairs
     (gate j, up j) from w13's [gate; up] layout; 2: the same from a w13 whose rows are already
-    interleaved that way (fused_moe_triton.pack_pairs)."""
-    offs_m = row0 + tl.arange(0, BM)
-    mask_m = offs_m < end
-    offs_n = n0 + tl.arange(0, BN)
-    mask_n = offs_n < N
+    interleaved that way (fused_moe_triton.pack_pairs). The weights come through TMA descriptors
+    (_tile_tma) or through pointers (_tile_ptrs); Triton inlines both, so this is one kernel."""
     tl.static_assert(PAIR == 0 or SWIGLU, "pairs are gate and up rows: the gate/up GEMM only")
+    if TMA:
+        _tile_tma(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
+                  stride_xm, stride_we, stride_wn, stride_om, SWIGLU, BM, BN, BK, EXTRA, PAIR)
+    else:
+        _tile_ptrs(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K,
+                   stride_xm, stride_we, stride_wn, stride_om, SWIGLU, BM, BN, BK, EVEN_K, EVEN_N, EXTRA, PAIR)
+
+
+@triton.jit
+def _tile_tma(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K, total_rows, w_rows,
+              stride_xm, stride_we, stride_wn, stride_om,
+              SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              EXTRA: tl.constexpr, PAIR: tl.constexpr):
+    """_tile with TMA loads. Rows past the block belong to the next expert (or lie past the end:
+    zeros); their outputs are masked at the store. Columns past N read rows that are not this
+    tile's (up rows; with pair=2 the next expert's, or zeros past the end): never stored either."""
+    offs_m = row0 + tl.arange(0, BM)
+    offs_n = n0 + tl.arange(0, BN)
     WN: tl.constexpr = 2 * BN if PAIR > 0 else BN   # weight rows one product reads
     TWO: tl.constexpr = SWIGLU and PAIR == 0        # a second (up) product
     acc_a = tl.zeros((BM, WN), dtype=tl.float32)
     acc_b = tl.zeros((BM, BN), dtype=tl.float32)   # unused (and removed) unless TWO
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K], strides=[stride_xm, 1], block_shape=[BM, BK])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[w_rows, K], strides=[stride_wn, 1], block_shape=[WN, BK])
+    if EXTRA > 0:
+        offs_x = row0 + BM + tl.arange(0, EXTRA)
+        acc_c = tl.zeros((EXTRA, WN), dtype=tl.float32)
+        acc_d = tl.zeros((EXTRA, BN), dtype=tl.float32)
+        c_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K], strides=[stride_xm, 1],
+                                           block_shape=[EXTRA, BK])
+    wrow = e * (stride_we // stride_wn) + (2 * n0 if PAIR > 0 else n0)
+    for k0 in range(0, K, BK):
+        a = x_desc.load([row0, k0])
+        wa = w_desc.load([wrow, k0]).T
+        acc_a = tl.dot(a, wa, acc_a)
+        if EXTRA > 0:
+            c = c_desc.load([row0 + BM, k0])
+            acc_c = tl.dot(c, wa, acc_c)
+        if TWO:   # up rows sit N rows below the gate rows in w13
+            wb = w_desc.load([wrow + N, k0]).T
+            acc_b = tl.dot(a, wb, acc_b)
+            if EXTRA > 0:
+                acc_d = tl.dot(c, wb, acc_d)
+    _epilogue(acc_a, acc_b, out_ptr, offs_m, offs_m < end, offs_n, offs_n < N, stride_om, SWIGLU, PAIR)
+    if EXTRA > 0:
+        _epilogue(acc_c, acc_d, out_ptr, offs_x, offs_x < end, offs_n, offs_n < N, stride_om, SWIGLU, PAIR)
+
+
+@triton.jit
+def _weight_rows(n0, N, WN: tl.constexpr, BN: tl.constexpr, PAIR: tl.constexpr):
+    """(the w13 rows one product reads for columns [n0, n0 + BN), which of them are real)."""
+    if PAIR == 1:   # gate j and up j side by side, gathered from [gate; up]
+        offs_w = tl.arange(0, WN)
+        col = n0 + offs_w // 2
+        wmask = col < N
+        wrows = col + (offs_w % 2) * N
+    elif PAIR == 2:   # already interleaved (pack_pairs)
+        wrows = 2 * n0 + tl.arange(0, WN)
+        wmask = wrows < 2 * N
+    else:
+        wrows = n0 + tl.arange(0, BN)
+        wmask = wrows < N
+    return wrows, wmask
+
+
+@triton.jit
+def _tile_ptrs(x_ptr, w_ptr, out_ptr, e, row0, end, n0, N, K,
+               stride_xm, stride_we, stride_wn, stride_om,
+               SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+               EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, EXTRA: tl.constexpr, PAIR: tl.constexpr):
+    """_tile with pointer loads, masked only where K or N does not divide evenly."""
+    offs_m = row0 + tl.arange(0, BM)
+    mask_m = offs_m < end
+    offs_n = n0 + tl.arange(0, BN)
+    mask_n = offs_n < N
+    WN: tl.constexpr = 2 * BN if PAIR > 0 else BN
+    TWO: tl.constexpr = SWIGLU and PAIR == 0
+    acc_a = tl.zeros((BM, WN), dtype=tl.float32)
+    acc_b = tl.zeros((BM, BN), dtype=tl.float32)
+    offs_k = tl.arange(0, BK)
+    x_ptrs = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
     if EXTRA > 0:
         offs_x = row0 + BM + tl.arange(0, EXTRA)
         mask_x = offs_x < end
         acc_c = tl.zeros((EXTRA, WN), dtype=tl.float32)
         acc_d = tl.zeros((EXTRA, BN), dtype=tl.float32)
-    if TMA:
-        # rows past the block belong to the next expert (or lie past the end: zeros); their
-        # outputs are masked at the store. Columns past N read rows that are not this tile's
-        # (up rows; with pair=2 the next expert's, or zeros past the end): never stored either.
-        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K], strides=[stride_xm, 1],
-                                           block_shape=[BM, BK])
-        w_desc = tl.make_tensor_descriptor(w_ptr, shape=[w_rows, K], strides=[stride_wn, 1],
-                                           block_shape=[WN, BK])
+        c_ptrs = x_ptr + offs_x.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
+    wrows, wmask = _weight_rows(n0, N, WN, BN, PAIR)
+    wa_ptrs = w_ptr + e.to(tl.int64) * stride_we + wrows.to(tl.int64)[None, :] * stride_wn + offs_k[:, None]
+    wb_ptrs = wa_ptrs + N * stride_wn
+    for k0 in range(0, K, BK):
+        k_ok = offs_k < K - k0
+        a = _load_x(x_ptrs, mask_m, k_ok, EVEN_K)
+        wa = _load_w(wa_ptrs, k_ok, wmask, EVEN_K, EVEN_N)
+        acc_a = tl.dot(a, wa, acc_a)
         if EXTRA > 0:
-            c_desc = tl.make_tensor_descriptor(x_ptr, shape=[total_rows, K],
-                                               strides=[stride_xm, 1], block_shape=[EXTRA, BK])
-        wrow = e * (stride_we // stride_wn) + (2 * n0 if PAIR > 0 else n0)
-        for k0 in range(0, K, BK):
-            a = x_desc.load([row0, k0])
-            wa = w_desc.load([wrow, k0]).T
-            acc_a = tl.dot(a, wa, acc_a)
+            c = _load_x(c_ptrs, mask_x, k_ok, EVEN_K)
+            acc_c = tl.dot(c, wa, acc_c)
+            c_ptrs += BK
+        if TWO:
+            wb = _load_w(wb_ptrs, k_ok, mask_n, EVEN_K, EVEN_N)
+            acc_b = tl.dot(a, wb, acc_b)
             if EXTRA > 0:
-                c = c_desc.load([row0 + BM, k0])
-                acc_c = tl.dot(c, wa, acc_c)
-            if TWO:   # up rows sit N rows below the gate rows in w13
-                wb = w_desc.load([wrow + N, k0]).T
-                acc_b = tl.dot(a, wb, acc_b)
-                if EXTRA > 0:
-                    acc_d = tl.dot(c, wb, acc_d)
-    else:
-        offs_k = tl.arange(0, BK)
-        x_ptrs = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
-        if EXTRA > 0:
-            c_ptrs = x_ptr + offs_x.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
-        w_base = w_ptr + e.to(tl.int64) * stride_we
-        if PAIR == 1:
-            offs_w = tl.arange(0, WN)
-            col = n0 + offs_w // 2
-            wmask = col < N
-            wrows = col + (offs_w % 2) * N
-        elif PAIR == 2:
-            wrows = 2 * n0 + tl.arange(0, WN)
-            wmask = wrows < 2 * N
-        else:
-            wrows = offs_n
-            wmask = mask_n
-        wa_ptrs = w_base + wrows.to(tl.int64)[None, :] * stride_wn + offs_k[:, None]
-        wb_ptrs = wa_ptrs + N * stride_wn
-        for k0 in range(0, K, BK):
-            k_ok = offs_k < K - k0
-            if EVEN_K:
-                a = tl.load(x_ptrs, mask=mask_m[:, None], other=0.0)
-                if EXTRA > 0:
-                    c = tl.load(c_ptrs, mask=mask_x[:, None], other=0.0)
-            else:
-                a = tl.load(x_ptrs, mask=mask_m[:, None] & k_ok[None, :], other=0.0)
-                if EXTRA > 0:
-                    c = tl.load(c_ptrs, mask=mask_x[:, None] & k_ok[None, :], other=0.0)
-            wa = _load_w(wa_ptrs, k_ok, wmask, EVEN_K, EVEN_N)
-            acc_a = tl.dot(a, wa, acc_a)
-            if EXTRA > 0:
-                acc_c = tl.dot(c, wa, acc_c)
-            if TWO:
-                wb = _load_w(wb_ptrs, k_ok, mask_n, EVEN_K, EVEN_N)
-                acc_b = tl.dot(a, wb, acc_b)
-                if EXTRA > 0:
-                    acc_d = tl.dot(c, wb, acc_d)
-                wb_ptrs += BK
-            x_ptrs += BK
-            if EXTRA > 0:
-                c_ptrs += BK
-            wa_ptrs += BK
+                acc_d = tl.dot(c, wb, acc_d)
+            wb_ptrs += BK
+        x_ptrs += BK
+        wa_ptrs += BK
     _epilogue(acc_a, acc_b, out_ptr, offs_m, mask_m, offs_n, mask_n, stride_om, SWIGLU, PAIR)
     if EXTRA > 0:
         _epilogue(acc_c, acc_d, out_ptr, offs_x, mask_x, offs_n, mask_n, stride_om, SWIGLU, PAIR)
