@@ -23,6 +23,9 @@ from .options import load, overrides_of, price_options, share_gpu_option, suite_
               help="Run folder that within_pct_of rules compare against.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None,
               help="Write JUnit XML (one testcase per check) for CI systems.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+              help="Write the verdicts as JSON (every check, node and link, the counts and the exit status; "
+                   "schema: docs/accept.md).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="HTML verdict report (Markdown twin next to it). Default: RUN/accept.html.")
 @click.option("--localize/--no-localize", default=None,
@@ -35,13 +38,15 @@ from .options import load, overrides_of, price_options, share_gpu_option, suite_
 def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, junit_path: Path | None,
                out: Path | None, localize: bool | None, dry_run: bool, launch_cost: str | None,
                estimate_from: Path | None, sets: tuple[str, ...], only: tuple[str, ...],
-               max_cases: int | None, max_ranks: int | None, share_gpu: bool = False) -> None:
+               max_cases: int | None, max_ranks: int | None, share_gpu: bool = False,
+               json_path: Path | None = None) -> None:
     """Pass/fail a run folder (or run an acceptance suite first) against rules.
 
     Exit status: 0 every check passed, 1 a check failed, 2 bad input (or a suite that cannot run
     here; with --junit, the JUnit file then holds one testcase in error saying why).
     """
     from ..analysis.accept.junit import junit_error_xml
+    from ..analysis.accept.verdict_json import error_json
     from ..launch.preflight import PreflightFailed
     from ..runfolder import is_run_folder
 
@@ -54,6 +59,8 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
         return
     if junit_path is not None:
         check_writable(junit_path, "--junit")
+    if json_path is not None:
+        check_writable(json_path, "--json")
     try:
         ruleset = _ruleset(target, rules_path, localize)
         if out is not None:
@@ -61,7 +68,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
         base_run = _load_run(baseline) if baseline is not None else None
         run_dir = (_run_suite(target, overrides_of(sets, only), max_cases, max_ranks, share_gpu) if is_suite
                    else target)
-        code = _judge(run_dir, ruleset, base_run, out, junit_path)
+        code = _judge(run_dir, ruleset, base_run, out, junit_path, json_path)
     except PreflightFailed as exc:   # the node is not the suite's shape: a failed verdict, nothing ran
         if junit_path is not None:
             from ..analysis.accept.preflight_junit import preflight_junit_xml
@@ -69,6 +76,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
             with writing(junit_path, "--junit"):
                 junit_path.write_text(preflight_junit_xml(exc.preflight, Path(target).stem))
             click.echo(f"wrote {junit_path}", err=True)
+        _write_json(json_path, error_json(target, str(exc), 1))
         click.echo(f"FAIL: {exc}", err=True)
         sys.exit(1)
     except CommbenchError as exc:
@@ -76,6 +84,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
             with writing(junit_path, "--junit"):
                 junit_path.write_text(junit_error_xml(Path(target).stem, str(exc)))
             click.echo(f"wrote {junit_path} (one error: the acceptance could not be judged)", err=True)
+        _write_json(json_path, error_json(target, str(exc), getattr(exc, "exit_code", 2)))
         raise
     sys.exit(code)
 
@@ -142,10 +151,12 @@ def _run_suite(target: Path, overrides: dict, max_cases, max_ranks, share_gpu: b
         return execute(suite, None, overrides=overrides, accept=True, share_gpu=share_gpu)
 
 
-def _judge(run_dir: Path, ruleset, base_run, out: Path | None, junit_path: Path | None) -> int:
+def _judge(run_dir: Path, ruleset, base_run, out: Path | None, junit_path: Path | None,
+           json_path: Path | None = None) -> int:
     """Evaluate the rules on the stored run; print the table, write the report (and JUnit)."""
     from ..analysis.accept.junit import junit_xml
     from ..analysis.accept.verdict import accept_document, evaluate, machine_warnings, verdict_table
+    from ..analysis.accept.verdict_json import verdict_json
     from ..analysis.text_table import terminal_width, text_table
 
     run = _load_run(run_dir)
@@ -162,6 +173,18 @@ def _judge(run_dir: Path, ruleset, base_run, out: Path | None, junit_path: Path 
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
     failed = sum(not v.passed for v in verdicts)
+    _write_json(json_path, verdict_json(run, ruleset, verdicts, findings, warnings, 1 if failed else 0, base_run))
     click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed"
                + ("; the machine was busy (warning above): times may be slow or noisy" if warnings else ""))
     return 1 if failed else 0
+
+
+def _write_json(path: Path | None, data: dict) -> None:
+    """``accept --json``: strict JSON (schema: docs/accept.md, "Verdicts as JSON")."""
+    if path is None:
+        return
+    import json
+
+    with writing(path, "--json"):
+        path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    click.echo(f"wrote {path}", err=True)

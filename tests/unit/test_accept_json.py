@@ -123,3 +123,25 @@ def test_a_missing_number_is_null_never_nan(tmp_path):
 def test_an_acceptance_that_could_not_be_judged():
     data = _strict(error_json("some/folder", "not a run folder", 2))
     assert data["verdict"] == "error" and data["exit_status"] == 2 and data["error"] == "not a run folder"
+
+
+def test_accept_json_option_writes_what_the_exit_status_says(tmp_path):
+    from click.testing import CliRunner
+
+    from commbench.commands.accept_cmd import accept_cmd
+
+    (tmp_path / "rules.yaml").write_text(RULES)
+    res = CliRunner().invoke(accept_cmd, [str(RUNS / "gpu8-slowhost"), "--rules", str(tmp_path / "rules.yaml"),
+                                          "--out", str(tmp_path / "a.html"), "--json", str(tmp_path / "a.json")])
+    assert res.exit_code == 1, res.output
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert data["exit_status"] == 1 and data["verdict"] == "fail" and data["rules_file"].endswith("rules.yaml")
+    assert [n["name"] for n in data["nodes"] if n["result"] == "fail"] == ["node03"]
+    (tmp_path / "bad.yaml").write_text("rules: [{name: x}]\n")
+    from commbench.cli import cli
+
+    res = CliRunner().invoke(cli, ["accept", str(RUNS / "gpu8-slowhost"), "--rules", str(tmp_path / "bad.yaml"),
+                                   "--json", str(tmp_path / "b.json")])
+    assert res.exit_code == 2, res.output
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["verdict"] == "error" and data["exit_status"] == 2 and "bad.yaml" in data["error"]
