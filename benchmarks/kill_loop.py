@@ -76,6 +76,8 @@ def commbench_argv(args, out: Path, resume: bool) -> list[str]:
     argv = [sys.executable, "-m", "commbench", "run", str(args.suite), "--out", str(out), "--quiet"]
     for s in args.set:
         argv += ["--set", s]
+    for name in args.only:
+        argv += ["--only", name]
     return argv + (["--resume"] if resume else [])
 
 
@@ -133,10 +135,13 @@ def kill_launcher(t: Try, run: subprocess.Popen, token: str, rng: random.Random,
     t.delay_s = round(rng.uniform(0.0, args.launcher_max_s), 2)
     time.sleep(t.delay_s)
     t.seen = len(marked(token))
+    if not procs.runs(launcher[0]):   # ended (a zombie not reaped yet counts as ended)
+        t.note = "the launch had ended before the kill"
+        return
     try:
         os.kill(launcher[0], getattr(signal, t.sig))
     except ProcessLookupError:
-        t.note = "the launcher had ended before the kill"
+        t.note = "the launch had ended before the kill"
 
 
 def check_folder(t: Try, out: Path) -> None:
@@ -236,10 +241,11 @@ def main(argv=None) -> int:
     p.add_argument("--modes", nargs="+", default=["run", "launcher"], choices=["run", "launcher"])
     p.add_argument("--suite", type=Path, default=ROOT / "suites" / "quickstart.yaml")
     p.add_argument("--set", action="append", default=None, help="--set for every run (default: sizes=[8B,4KiB])")
+    p.add_argument("--only", action="append", default=[], help="--only for every run (a benchmark of the suite)")
     p.add_argument("--min-s", type=float, default=0.5, help="earliest kill of the run, seconds after its start")
-    p.add_argument("--max-s", type=float, default=20.0, help="latest kill of the run")
+    p.add_argument("--max-s", type=float, default=14.0, help="latest kill of the run")
     p.add_argument("--launcher", default="prterun", help="the launcher's process name (Open MPI 5: prterun)")
-    p.add_argument("--launcher-max-s", type=float, default=12.0, help="latest kill after the launcher started")
+    p.add_argument("--launcher-max-s", type=float, default=5.0, help="latest kill after the launcher started")
     p.add_argument("--settle-s", type=float, default=20.0, help="how long processes may take to go")
     p.add_argument("--run-limit-s", type=float, default=300.0)
     p.add_argument("--seed", type=int, default=None)
