@@ -3,7 +3,7 @@
 #  1. a real GPU run is read by the strict reader: report, compare and accept exit 0, every ok row has
 #     iters x ranks samples, no temporary file is left, run.json names what ranks saw of the kill switches;
 #  2. a second run into a folder a live GPU run is writing exits 2 naming the holder.
-# (A full disk and a stopped rank do not depend on the device: tests/unit/test_hardening_folder.py.)
+# (A full disk and a stopped rank do not depend on the device: tests/unit/test_run_full_disk_and_stops.py.)
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COMMBENCH_JIT_CACHE=/tmp/cb-jit
