@@ -109,7 +109,13 @@ def start(args, out: Path, token: str, resume: bool = False) -> subprocess.Popen
     env = {**os.environ, KILL_LOOP_VAR: token}
     log = open(out.parent / f"{out.name}{'.resume' if resume else ''}.log", "w")
     return subprocess.Popen(commbench_argv(args, out, resume), env=env, cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_sigint_default)
+
+
+def _sigint_default() -> None:
+    """A loop started in the background (`cmd &`) ignores SIGINT, and so would the run it starts
+    (an ignored signal stays ignored through exec): the run gets Ctrl-C's usual meaning back."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def kill_run(t: Try, run: subprocess.Popen, token: str, rng: random.Random, args) -> None:

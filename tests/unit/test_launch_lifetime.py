@@ -75,7 +75,8 @@ def _keepers_of(pid: int) -> list[int]:
 def test_a_launch_ends_with_its_run_however_the_run_ends(sig, stop):
     marker = lifeline.attempt_value(0, 0)
     run = subprocess.Popen([sys.executable, "-c", FAKE_RUN, marker, "stop" if stop else "go"],
-                           stdout=subprocess.PIPE, text=True, start_new_session=True)
+                           stdout=subprocess.PIPE, text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as in a terminal
     try:
         launcher = int(run.stdout.readline())
         keepers = _keepers_of(run.pid)
