@@ -130,6 +130,10 @@ class Case:
     # "torch" | "nccl" | "" (commbench.profile): how the timed batch is profiled; not part of
     # case_id, a profiled point is the same point (its row says `profiled`)
     profile: str = ""
+    # `check: bitwise` (measure/bitwise.py): after the values check, the op runs this many more
+    # times on identical inputs and every rank's output is compared bit for bit; 0 = no such
+    # check. Not part of case_id either: the same point, checked more closely
+    bitwise_repeats: int = 0
 
     def param(self, name: str, default: Any = None) -> Any:
         return dict(self.params).get(name, default)

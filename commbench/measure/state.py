@@ -32,6 +32,8 @@ class CaseState:
       step_split.PROFILED_STEPS at most, unless the timeline is what a Case checks), ``{"source", "steps":
       [(start_us, end_us)], "intervals": [{kind, stream, start_us, end_us, name}]}``
       (measure/step_split.py); the runner stores it as timeline/<case_id>.r<rank>.json.
+    - ``bitwise``: what a suite's ``check: bitwise`` needs (:class:`BitwiseHooks`); None: the family
+      offers no output view, and its rows say so in ``bitwise_note`` (measure/bitwise.py).
     """
 
     stream: Any = None
@@ -44,3 +46,26 @@ class CaseState:
     columns_from_time: Callable[[float], dict] | None = None
     sample_columns: dict = field(default_factory=dict)
     timeline: dict | None = None
+    bitwise: "BitwiseHooks | None" = None
+
+
+@dataclass(kw_only=True)
+class BitwiseHooks:
+    """What the bitwise repeatability check (``check: bitwise``, measure/bitwise.py) asks of a family.
+
+    - ``repeat()``: restore every input as set-up wrote it (an in-place op overwrote it), reset the
+      outputs the same way, run the op once and wait for it (the device idle, the outputs final).
+      Every rank calls it together, once per repetition: it may be a collective.
+    - ``outputs()``: the result buffer(s) ``repeat`` writes on this rank: torch tensors (on the
+      device for GPU ops: they are compared there) or numpy arrays, one-dimensional and contiguous.
+    - ``expected(index, start, stop)``: where the answer is known exactly, the values of output
+      ``index`` at positions [start, stop) (any numeric array of that length; they are cast to the
+      output's element type and compared bit for bit), or None where it is not known exactly.
+      None (the field): no known answer on this rank; ``no_expected`` says why ("" when this rank
+      has no result to know, as a non-root rank of reduce).
+    """
+
+    repeat: Callable[[], None]
+    outputs: Callable[[], list]
+    expected: Callable[[int, int, int], Any] | None = None
+    no_expected: str = ""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..families.base import Case
 from ..safety import KILL_SWITCHES, active_kill_switches
+from .check_key import with_check
 from .expand import expand_bench
 from .launches import Launch, group_launches, keep_only
 from .limits import SuiteLimits
@@ -81,8 +82,9 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
             continue
         if not check_bench(bench, defaults, where, err, limits, gpu_count):
             continue
-        suite.cases.extend(expand_bench(bench, defaults, name, where, err, gpu_count, seen_names,
-                                        budget=limits, base_dir=path.parent))
+        cases = expand_bench(bench, defaults, name, where, err, gpu_count, seen_names,
+                             budget=limits, base_dir=path.parent)
+        suite.cases.extend(with_check(cases, bench, defaults, where, err))   # `check:` (check_key.py)
     suite.cases = [label_held_switches(c) for c in suite.cases]
     _refuse_repeated_cases(suite.cases, benches, err)
     err.raise_if_any()

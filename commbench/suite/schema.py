@@ -30,6 +30,8 @@ COMMON_KEYS: dict[str, str] = {
     "placement": "together (default) | per_node (one launch per host) | pairs (every pair of hosts, "
                  "in rounds of disjoint pairs) | search (waves of host groups chosen from the last wave's "
                  "results: docs/accept.md, \"Strategies\"); hosts from COMMBENCH_HOSTS or the Slurm allocation",
+    "check": "values (default: each result against its known answer) | bitwise (also N repetitions on identical "
+             "inputs compared bit for bit, N = 10) | {mode: bitwise, repeats: N} (docs/suites.md, \"Checks\")",
     "search": "settings of placement: search: {seed, matchings, group_size, confirmations, max_waves, "
               "metric, max_excess_pct, min_share} (docs/accept.md, \"Strategies\")",
 }
@@ -40,6 +42,7 @@ SEARCH_DEFAULTS: dict[str, int | float | str] = {
     "seed": 0, "matchings": 2, "group_size": 8, "confirmations": 2, "max_waves": 40,
     "metric": "time_us", "max_excess_pct": 50.0, "min_share": 0.5}
 PROFILES = ("none", "torch", "nccl")
+CHECK_MODES = ("values", "bitwise")   # `check:` (suite/check_key.py)
 BENCH_KEYS: dict[str, str] = {"name": "benchmark name (unique in the suite)",
                               "family": "benchmark family (see `commbench list`)", **COMMON_KEYS}
 TOP_KEYS: dict[str, str] = {

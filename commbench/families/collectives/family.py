@@ -12,6 +12,8 @@ from ...errors import SkipCase
 from ...measure.device import nccl_identity_clash
 from ...measure.state import CaseState
 from ..base import Case, Family, Param, Traffic
+from . import bitwise_hooks
+from .bitwise_hooks import run_once
 
 # Several times the L2 of current GPUs (H100/H200 50 MB, B200 126 MB), so a rotated send + receive
 # working set never fits in it
@@ -185,9 +187,11 @@ class Collectives(Family):
             extra["nccl_call"] = nccl.what
         if case.backend in ("torch_nccl", "gloo") and not in_place and OPS[case.op].torch_local_copy:
             extra["includes_local_copy"] = True
-        return CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n, nccl,
-                               registration, count=count, size_bytes=size_bytes, stream=stream, extra=extra,
-                               native=native)
+        state = CollectiveState(case.op, case.backend, case.dtype, rop, in_place, bufs, runner, rank, n, nccl,
+                                registration, count=count, size_bytes=size_bytes, stream=stream, extra=extra,
+                                native=native)
+        state.bitwise = bitwise_hooks.hooks(state)   # check: bitwise (measure/bitwise.py)
+        return state
 
     def run(self, state: CollectiveState) -> None:
         state.runner()
@@ -195,22 +199,7 @@ class Collectives(Family):
     def check(self, state: CollectiveState) -> int:
         from ...comm import alltoallv, buffers
 
-        if state.bufs.layout is not None:
-            alltoallv.refill(state.bufs, state.rank)
-        else:
-            buffers.refill(state.op, state.bufs, state.rank, state.in_place)
-        if state.stream is None:
-            state.runner()
-        else:
-            import torch
-
-            torch.cuda.synchronize()  # the refill ran on the current stream
-            if state.nccl is not None:   # the native entry the timed loop called, on the head slice
-                state.nccl.check_once(state.stream.cuda_stream)
-            else:
-                with torch.cuda.stream(state.stream):
-                    state.runner()
-            state.stream.synchronize()
+        run_once(state)
         if state.bufs.layout is not None:
             return alltoallv.count_wrong(state.bufs, state.dtype)
         return buffers.count_wrong(state.op, state.reduce_op, state.bufs, state.n, state.rank, state.dtype)

@@ -3,7 +3,9 @@
 Per rank: the send and receive buffers as comm/buffers.allocate makes them (nccl-tests' in-place
 aliasing keeps one; a buffer that holds every rank's chunk is n x count elements), each the head
 of its rotation pool when the native loop rotates (a pool spans ``buffer_span_bytes``, at least
-the buffer), and the check's float64 copies of one chunk of the result (buffers.CHUNK elements).
+the buffer), and the check's float64 copies of one chunk of the result (buffers.CHUNK elements), or,
+when larger, what `check: bitwise` holds after it: a copy of the result (measure/bitwise.py) and
+the known answer's chunk.
 alltoallv (a traffic matrix decides its buffers) has no plan.
 """
 from __future__ import annotations
@@ -27,5 +29,9 @@ def collective_plan(case, world_size: int, span_bytes: int) -> MemoryPlan | None
     pool = lambda nbytes: max(nbytes, span_bytes)  # noqa: E731
     parts = ({"buffer (in place)": pool(max(send, recv))} if case.param("in_place")
              else {"send buffer": pool(send), "receive buffer": pool(recv)})
-    check = 4 * F64 * min(recv // max(elem, 1), CHECK_CHUNK_ELEMS)   # got, expected, |diff|, tolerance
-    return MemoryPlan.of(parts, {"check": check}, note="NCCL's own buffers are not counted")
+    chunk = min(recv // max(elem, 1), CHECK_CHUNK_ELEMS)
+    check = 4 * F64 * chunk   # got, expected, |diff|, tolerance
+    transient = {"check": check}
+    if case.bitwise_repeats:   # check: bitwise: a copy of the result, the known answer's chunk, its cast and |max|
+        transient["bitwise reference"] = recv + 3 * F64 * chunk
+    return MemoryPlan.of(parts, transient, note="NCCL's own buffers are not counted")
