@@ -11,7 +11,8 @@ COLUMNS = ["suite", "bench", "case_id", "family", "op", "backend", "variant", "d
            "algbw_gbps", "busbw_gbps", "wrong", "status", "reason", "log"]
 # Columns some families add, named in docs/results.md (an acceptance rule may name them: on a
 # run without them it simply matches no rows).
-FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks_per_gpu"]
+FAMILY_COLUMNS = ["nccl_algo", "nccl_proto", "tokens_per_s", "transport", "ranks_per_gpu",
+                  "bitwise_mismatch"]   # `check: bitwise` (measure/bitwise.py)
 # Written for every row with per-iteration times since the 99th percentile was added; optional on
 # reading (older run folders lack it).
 TAIL_COLUMNS = ["time_us_p99"]
@@ -52,7 +53,7 @@ PLACED_POINT_KEY = ("bench",) + tuple(k for k in POINT_KEY if k != "world_size")
 NUMERIC = ("pass", "attempt", "size_bytes", "count", "world_size", "num_nodes", "ranks_per_node", "ranks_per_gpu",
            "warmup", "iters",
            "time_us", "time_us_min", "time_us_p90", "time_us_p99", "time_us_max", "algbw_gbps", "busbw_gbps",
-           "wrong")
+           "wrong", "bitwise_repeats", "bitwise_mismatch")
 # Columns a reader turns into strings (an empty cell becomes "").
 TEXT = ("status", "reason", "op", "backend", "variant", "dtype", "family")
 FINAL_STATUSES = ("ok", "wrong", "skipped")   # a --resume does not rerun these Cases
