@@ -291,3 +291,15 @@ def test_run_cli_records_what_the_node_cannot_run_as_skipped(tmp_path, monkeypat
     assert [r["status"] for r in rows] == ["skipped"]
     assert "needs 2 GPUs on one node, this node has 1" in rows[0]["reason"]
     assert "preflight" in (out / "run.json").read_text()
+
+
+def test_shipped_acceptance_suites_name_their_card():
+    for card, other in (("H100", "NVIDIA H200"), ("H200", "NVIDIA H100 80GB HBM3")):
+        suite = load_suite(ROOT / "suites" / f"acceptance-{card.lower()}.yaml", gpu_count=8)
+        assert suite.node.gpu_model == card and suite.node.gpus is None   # the GPU count comes from its launches
+        pre = check_preflight(suite, accept=True, share_gpu=False, machine=machine(8, name=other))
+        assert pre.exit_status == 2 and f"for {card} GPUs" in pre.verdicts[0]
+        ones = load_suite(ROOT / "suites" / f"acceptance-{card.lower()}.yaml", gpu_count=1,
+                          overrides={"ranks": 1, "ranks_per_node": 1})
+        assert check_preflight(ones, accept=True, share_gpu=False,
+                               machine=machine(1, name=f"NVIDIA {card}")).ok   # --set ranks=1 on one GPU
