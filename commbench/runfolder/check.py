@@ -182,8 +182,12 @@ def _numbers(path: Path, df, col: str, lines: array, *, required: bool = False, 
     import pandas as pd
 
     raw = df[col]
-    empty = (raw.isna() | (raw.astype(str).str.strip() == "")).to_numpy()
-    num = pd.to_numeric(raw.where(~empty), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    if pd.api.types.is_numeric_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
+        num = raw.to_numpy(dtype=float, na_value=np.nan)   # parsed as numbers already: NaN is an empty cell
+        empty = np.isnan(num)
+    else:
+        empty = (raw.isna() | (raw.astype(str).str.strip() == "")).to_numpy()
+        num = pd.to_numeric(raw.where(~empty), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     bad = ~empty & ~np.isfinite(num)
     if integer:
         bad |= ~empty & np.isfinite(num) & (num != np.round(num))
