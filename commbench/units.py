@@ -31,6 +31,9 @@ def parse_size(value) -> int:
     if not isinstance(value, str):
         raise ValueError(f"expected a size such as '64KiB', got {preview(value)}")
     m = _SIZE_RE.match(value)
+    if m and m.group(2).endswith("b") and m.group(2).upper() in _UNITS:   # 8b, 64kb, 1Mb: bits
+        raise ValueError(f"size {preview(value, 40)}: a lower-case b means bits, and sizes are bytes: "
+                         f"write {m.group(1)}{m.group(2)[:-1]}B (B, KiB, MiB, GiB; or KB, MB, GB)")
     if not m or m.group(2).upper() not in _UNITS:
         shown = repr(value) if len(value) <= 40 else repr(value[:40]) + "..."
         raise ValueError(f"bad size {shown}: use a number (at most 15 digits) with B, KiB, MiB, GiB "

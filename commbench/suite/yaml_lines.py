@@ -38,21 +38,42 @@ class _KeyError(Exception):
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> LineDict:
+    """A mapping with its lines. Merge keys (``<<: *base``) follow the YAML merge-key spec: the
+    merged keys come first and a key written in the mapping itself overrides one merged in (of
+    several merged mappings, the first listed wins); a key written twice in the mapping itself is
+    an error (docs/suites.md, "Anchors and merge keys")."""
+    own = sum(k.tag != "tag:yaml.org,2002:merge" for k, _ in node.value)
     loader.flatten_mapping(node)
+    merged = len(node.value) - own   # flatten_mapping puts the merged pairs first
     out = LineDict()
     out.line = node.start_mark.line + 1
     out.key_lines = {}
-    for key_node, value_node in node.value:
+    written: set = set()
+    for i, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, (str, int, float, bool)) and key is not None:
             raise _KeyError(f"{key_node.start_mark.line + 1}: key: a key must be a plain value, not "
                             f"{preview(key)}")
-        if key in out:
+        if key in written:
             raise _KeyError(f"{key_node.start_mark.line + 1}: {preview(key, 60, quote=False)}: duplicate key "
                             f"{preview(key)}")
+        if i >= merged:
+            written.add(key)
+        out.pop(key, None)   # a later pair wins: the mapping's own key over a merged one
         out[key] = loader.construct_object(value_node, deep=True)
         out.key_lines[key] = key_node.start_mark.line + 1
     return out
+
+
+def _construct_str(loader: _Loader, node: yaml.ScalarNode) -> str:
+    """A string; a NUL byte (written as \\0 or \\x00 in a quoted string) is refused: no file name,
+    environment value or name can hold one."""
+    value = loader.construct_scalar(node)
+    if "\0" in value:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{preview(value, 60)} holds a NUL character (\\0): no name, path or environment value "
+            "can hold one; remove it", node.start_mark)
+    return value
 
 
 def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LineList:
@@ -70,6 +91,7 @@ def _refuse_tag(loader: _Loader, node: yaml.Node):
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
+_Loader.add_constructor("tag:yaml.org,2002:str", _construct_str)
 # Sets, ordered maps, pairs and binary blobs never appear in a suite or rules file; refusing them
 # keeps every value a plain scalar, list or mapping for the checks that follow.
 for _tag in ("set", "omap", "pairs", "binary"):
@@ -107,6 +129,11 @@ def parse_yaml_text(text: str, where: str, error: type[CommbenchError] = SuiteEr
         raise error(f"{where}:{exc.line or 1}: {exc.message}") from None
     except _KeyError as exc:
         raise error(f"{where}:{exc}") from None
+    except yaml.reader.ReaderError as exc:   # a character YAML does not allow (a raw NUL byte ...)
+        line = text.count("\n", 0, max(0, exc.position)) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        raise error(f"{where}:{line}: YAML syntax error: the character U+{ord(char):04X} is not allowed in "
+                    "YAML text (a raw control byte such as NUL); remove it") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"{where}:{mark.line + 1}" if mark else where
