@@ -49,7 +49,8 @@ class Try:
     index: int
     mode: str              # run | launcher
     sig: str
-    delay_s: float         # after the run started (run) or after the launcher started (launcher)
+    delay_s: float         # seconds after the run started, or after its launcher started (``after``)
+    after: str = "run"
     seen: int = 0          # processes carrying the marker just before the kill
     run_rc: int | None = None
     left: list = field(default_factory=list)   # marked processes still there after --settle-s
@@ -119,7 +120,15 @@ def _sigint_default() -> None:
 
 
 def kill_run(t: Try, run: subprocess.Popen, token: str, rng: random.Random, args) -> None:
-    t.delay_s = round(rng.uniform(args.min_s, args.max_s), 2)
+    """Even tries: a moment after the run started; odd tries: a moment after its launcher started
+    (so that half the kills land while the launch runs, whatever the run's other phases take)."""
+    if t.index % 2:
+        t.after = "launcher"
+        if not wait_launcher(run, args):
+            t.note = f"no {args.launcher} seen"
+        t.delay_s = round(rng.uniform(0.0, args.launcher_max_s), 2)
+    else:
+        t.delay_s = round(rng.uniform(args.min_s, args.max_s), 2)
     deadline = time.monotonic() + t.delay_s
     while time.monotonic() < deadline and run.poll() is None:
         time.sleep(0.05)
@@ -130,11 +139,17 @@ def kill_run(t: Try, run: subprocess.Popen, token: str, rng: random.Random, args
     os.kill(run.pid, getattr(signal, t.sig))
 
 
-def kill_launcher(t: Try, run: subprocess.Popen, token: str, rng: random.Random, args) -> None:
+def wait_launcher(run: subprocess.Popen, args) -> list[int]:
     launcher, deadline = [], time.monotonic() + 120
     while not launcher and run.poll() is None and time.monotonic() < deadline:
         launcher = children(run.pid, args.launcher)
         time.sleep(0.05)
+    return launcher
+
+
+def kill_launcher(t: Try, run: subprocess.Popen, token: str, rng: random.Random, args) -> None:
+    t.after = "launcher"
+    launcher = wait_launcher(run, args)
     if not launcher:
         t.note = f"no {args.launcher} seen"
         return
@@ -216,12 +231,13 @@ def plan(args) -> list[Try]:
 
 
 def table(tries: list[Try]) -> list[str]:
-    head = ("| # | kill | signal | at s | procs before | run exit | left after | gone in s | lock free | "
+    head = ("| # | kill | signal | at s after | procs before | run exit | left after | gone in s | lock free | "
             "resume exit | rows / Cases / ok | attempts | left after resume | result |")
     lines = [head, "|" + " --- |" * 14]
     for t in tries:
         result = "pass" if t.passed else f"FAIL {t.read_error or ''}".strip()
-        lines.append(f"| {t.index} | {t.mode} | {t.sig} | {t.delay_s} | {t.seen} | {t.run_rc} | {len(t.left)} | "
+        lines.append(f"| {t.index} | {t.mode} | {t.sig} | {t.delay_s} {t.after} | {t.seen} | {t.run_rc} | "
+                     f"{len(t.left)} | "
                      f"{t.gone_s} | {'yes' if t.lock_free else 'no: ' + t.holder} | {t.resume_rc} | "
                      f"{t.rows} / {t.cases} / {t.ok} | {t.attempts or '-'} | {len(t.left_after_resume)} | "
                      f"{result}{' (' + t.note.strip() + ')' if t.note.strip() else ''} |")
