@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -129,16 +130,18 @@ def _row(cid: str, host: str, op: str, size_bytes: int, slowest_us: np.ndarray) 
 
 
 def timed(argv: list[str]) -> dict:
-    """Run one command as a child; wall seconds, its peak RSS (MiB) and exit status. The peak is
-    /usr/bin/time's (%M): the command's own process, not this one's memory copied at fork."""
+    """Run one command as a child; wall seconds, CPU seconds (user + system: on a shared machine
+    the wall time grows with the others' load, the CPU time much less), its peak RSS (MiB) and exit
+    status. Peak and CPU are /usr/bin/time's: the command's own process, not this one's memory
+    copied at fork."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as rss_file:
         start = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-o", rss_file.name, "-f", "%M", *argv], cwd=ROOT,
+        proc = subprocess.run(["/usr/bin/time", "-o", rss_file.name, "-f", "%M %U %S", *argv], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         wall_s = time.perf_counter() - start
-        peak_kib = int(rss_file.read().strip().splitlines()[-1])
-    return {"wall_s": wall_s, "peak_mib": peak_kib / 1024.0, "rc": proc.returncode,
-            "tail": proc.stdout.decode(errors="replace")[-600:]}
+        peak_kib, user_s, sys_s = rss_file.read().strip().splitlines()[-1].split()
+    return {"wall_s": wall_s, "cpu_s": float(user_s) + float(sys_s), "peak_mib": int(peak_kib) / 1024.0,
+            "rc": proc.returncode, "tail": proc.stdout.decode(errors="replace")[-600:]}
 
 
 def commands(work: Path) -> dict[str, list[str]]:
@@ -167,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", nargs="+", default=None, help="command names to time (default: all)")
     args = ap.parse_args(argv)
     results: dict[str, list[dict]] = {}
+    rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    print(f"# commbench {rev.stdout.strip() or '?'}, {os.cpu_count()} CPUs, load {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         top = args.keep or Path(tmp)
         for n in args.points:
@@ -183,22 +188,29 @@ def main(argv: list[str] | None = None) -> None:
             for name, cmd in commands(work).items():
                 if args.only and name not in args.only:
                     continue
+                load = os.getloadavg()[0]   # the machine is shared: say how busy it was
                 r = timed(cmd)
-                results.setdefault(name, []).append({"points": n, **r})
-                print(f"  {name:14s} {r['wall_s']:7.2f} s  {r['peak_mib']:7.0f} MiB  exit {r['rc']}", flush=True)
+                results.setdefault(name, []).append({"points": n, "load": load, **r})
+                print(f"  {name:14s} {r['wall_s']:7.2f} s  {r['cpu_s']:7.2f} s CPU  {r['peak_mib']:7.0f} MiB  "
+                      f"exit {r['rc']}  "
+                      f"(load {load:.2f} before, {os.getloadavg()[0]:.2f} after)", flush=True)
                 if r["rc"] not in (0, 1):
                     print("    " + r["tail"].replace("\n", "\n    "))
     print(table(results, args.points))
 
 
 def table(results: dict[str, list[dict]], points: list[int]) -> str:
-    head = ("| command | " + " | ".join(f"{n:,} points: s / MiB / exit" for n in points)
-            + " | growth exponent (time) |")
-    lines = [head, "|" + " --- |" * (len(points) + 2)]
+    """Markdown: per command, per size 'wall s / CPU s / peak MiB / exit status (load average
+    before)', and the growth exponent of wall time over all sizes and over the last two."""
+    head = ("| command | " + " | ".join(f"{n:,} points: wall s / CPU s / MiB / exit (load)" for n in points)
+            + " | exponent (all sizes) | exponent (last two) |")
+    lines = [head, "|" + " --- |" * (len(points) + 3)]
     for name, rows in results.items():
-        cells = [f"{r['wall_s']:.2f} / {r['peak_mib']:.0f} / {r['rc']}" for r in rows]
-        exp = exponent([r["points"] for r in rows], [r["wall_s"] for r in rows])
-        lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {exp:.2f} |")
+        cells = [f"{r['wall_s']:.2f} / {r['cpu_s']:.2f} / {r['peak_mib']:.0f} / {r['rc']} ({r['load']:.1f})"
+                 for r in rows]
+        sizes, times = [r["points"] for r in rows], [r["wall_s"] for r in rows]
+        lines.append(f"| `{name}` | " + " | ".join(cells)
+                     + f" | {exponent(sizes, times):.2f} | {exponent(sizes[-2:], times[-2:]):.2f} |")
     return "\n".join(lines)
 
 
