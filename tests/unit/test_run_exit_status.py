@@ -1,7 +1,6 @@
 """`commbench run` exits 0 only when every Case is ok or skipped and something was measured."""
 import textwrap
 
-import pytest
 from click.testing import CliRunner
 
 from commbench.cli import cli
@@ -32,13 +31,25 @@ def test_a_crashed_case_exits_1_and_says_the_counts(tmp_path):
     assert "1 ok, 0 skipped, 0 wrong, 1 failed, 0 timeout" in result.output
 
 
-def test_nothing_measured_exits_1(tmp_path):
-    # nccl needs a GPU: on this machine every Case is skipped
+def test_nothing_measured_exits_1(tmp_path, monkeypatch):
+    # a node of one GPU (a stand-in at the NVML boundary) and 2 nccl ranks that may not share it:
+    # the preflight settles the Case as skipped, so nothing is measured
+    from commbench.sysinfo.nvml_devices import GpuSeen, GpusSeen
+
+    one_gpu = GpusSeen((GpuSeen(0, "NVIDIA H100 80GB HBM3", 80 << 30, 79 << 30),), "stand-in")
+    monkeypatch.setattr("commbench.sysinfo.nvml_devices.read_gpus", lambda env=None: one_gpu)
     result = _run(tmp_path, "- {name: a, family: collectives, backends: [nccl], ops: [all_reduce]}\n")
-    if "0 ok" not in result.output:
-        pytest.skip("a GPU is present: the nccl Case ran")
     assert result.exit_code == 1, result.output
     assert "nothing was measured" in result.output
+
+
+def test_a_gpu_suite_without_a_gpu_exits_2_at_once(tmp_path, monkeypatch):
+    from commbench.sysinfo.nvml_devices import GpusSeen
+
+    monkeypatch.setattr("commbench.sysinfo.nvml_devices.read_gpus", lambda env=None: GpusSeen((), "none", "no NVML"))
+    result = _run(tmp_path, "- {name: a, family: collectives, backends: [nccl], ops: [all_reduce]}\n")
+    assert result.exit_code == 2 and "needs a GPU" in result.output, result.output
+    assert not (tmp_path / "run").exists()   # refused before any run folder
 
 
 def test_repeat_writes_one_run_folder_per_repeat_and_sums_the_counts(tmp_path):
