@@ -18,6 +18,11 @@ def _checked(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[pd.to_numeric(rows["bitwise_repeats"], errors="coerce") > 0]
 
 
+def _text(col: pd.Series) -> pd.Series:
+    """A text column with empty cells as "" (an all-empty column reads as float NaN)."""
+    return col.astype(object).where(col.notna(), "").astype(str)
+
+
 def applies(report) -> bool:
     return not _checked(report.rows).empty
 
@@ -57,8 +62,7 @@ def add(doc, report) -> None:
     if not differ.empty:
         sec.sub("Points whose repetitions differ").table(
             _brief(differ, ["bitwise_mismatch", "bitwise_repeats", "bitwise_first"]))
-    notes = rows[rows["bitwise_note"].fillna("").astype(str) != ""] if "bitwise_note" in rows.columns \
-        else rows.iloc[0:0]
+    notes = rows[_text(rows["bitwise_note"]) != ""] if "bitwise_note" in rows.columns else rows.iloc[0:0]
     if not notes.empty:
         sec.sub("Checked in part or not at all").table(_brief(notes, ["bitwise_mismatch", "bitwise_note"]))
 
