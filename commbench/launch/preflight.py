@@ -3,8 +3,8 @@
 
 The need (:class:`NodeShape`) comes from the suite: what its ``node:`` states (GPUs, GPU model,
 free memory per GPU), ``share_gpu``, and what its launches ask (the most ranks on one node among
-the launches whose Cases need a GPU). The machine is what ``sysinfo.nvml_devices`` reads (NVML).
-:func:`preflight` is a pure function of the two, so it is tested with a stand-in machine:
+the launches whose Cases need a GPU: not gloo or MPI). The machine is what ``sysinfo.nvml_devices``
+reads (NVML). :func:`preflight` is a pure function of the two, tested with a stand-in machine:
 
 - a launch with more ranks on the node than the node has GPUs never shares them silently: with
   ``share_gpu`` (the suite key or `--share-gpu`) the ranks share, and a note says so; otherwise
@@ -29,6 +29,9 @@ from ..errors import CommbenchError
 from ..sysinfo.nvml_devices import GpusSeen
 
 GIB = 1024**3
+# Backends that run without a GPU (host memory, or torch tensors on the CPU when no GPU is there):
+# never held against the node's GPUs, whatever their family prefers where a GPU exists
+CPU_BACKENDS = ("gloo", "mpi")
 CPU_SUITES = "suites/quickstart.yaml or suites/acceptance-cpu.yaml"
 
 
@@ -252,7 +255,7 @@ def shape_of(suite, *, accept: bool, share_gpu: bool) -> NodeShape:
     gpu, cpu = [], 0
     for launch in suite.launches:
         every = [by_id[cid] for cid in launch.case_ids if cid in by_id]
-        cases = [c for c in every if get_family(c.family).needs_gpu_for(c)]
+        cases = [c for c in every if c.backend not in CPU_BACKENDS and get_family(c.family).needs_gpu_for(c)]
         cpu += len(every) - len(cases)
         if not cases:
             continue

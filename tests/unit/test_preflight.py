@@ -54,7 +54,7 @@ def test_acceptance_on_one_gpu_fails_at_once_with_the_sentence_in_junit():
 def test_acceptance_on_its_own_shape_passes():
     pre = check_preflight(h100_acceptance(), accept=True, share_gpu=False, machine=machine(8))
     assert pre.ok and not pre.verdicts and not pre.skipped
-    assert [c.name for c in pre.checks if c.passed] == ["gpus"]
+    assert [c.name for c in pre.checks if c.passed] == ["gpus", "gpu model"]
 
 
 def test_four_gpus_say_four():
@@ -161,7 +161,7 @@ def test_cpu_suite_passes_without_gpu_and_reads_no_machine(monkeypatch):
         raise AssertionError("a CPU suite must not read the GPUs")
 
     monkeypatch.setattr("commbench.sysinfo.nvml_devices.read_gpus", refuse)
-    for name in ("quickstart.yaml", "acceptance-cpu.yaml"):
+    for name in ("quickstart.yaml", "acceptance-cpu.yaml", "training-cpu.yaml"):
         suite = load_suite(ROOT / "suites" / name, gpu_count=0)
         pre = check_preflight(suite, accept=name.startswith("accept"), share_gpu=False)
         assert pre.ok and not pre.skipped and not pre.verdicts, name
@@ -303,3 +303,14 @@ def test_shipped_acceptance_suites_name_their_card():
                           overrides={"ranks": 1, "ranks_per_node": 1})
         assert check_preflight(ones, accept=True, share_gpu=False,
                                machine=machine(1, name=f"NVIDIA {card}")).ok   # --set ranks=1 on one GPU
+
+
+def test_gloo_cases_of_gpu_families_need_no_gpu(tmp_path):
+    path = suite_file(tmp_path, """\
+        name: interf
+        defaults: {ranks: 2}
+        benchmarks:
+          - {name: cpu, family: interference, backends: [gloo], dtypes: [float32], ops: [all_reduce], sizes: [256KiB]}
+        """)
+    pre = check_preflight(load_suite(path, gpu_count=0), accept=True, share_gpu=False, machine=NO_GPU)
+    assert pre.ok and not pre.skipped
