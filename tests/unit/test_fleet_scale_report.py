@@ -110,3 +110,19 @@ def test_report_of_a_synthetic_fleet_folder(tmp_path):
     spread = [it for sub in tables.items if isinstance(sub, Section)
               for it in sub.items if isinstance(it, pd.DataFrame)]
     assert len(spread) == 4 and all(len(t) == len(fleet.SIZES_BYTES) and (t["points"] == 30).all() for t in spread)
+
+
+def test_warning_tables_of_a_fleet_list_the_first_rows_and_say_how_many_more():
+    from commbench.analysis.report import tables
+    from commbench.analysis.report.sections import problems
+
+    df = _rows(300, {})
+    df["time_us_p90"] = df["time_us"] * np.where(np.arange(len(df)) % 2 == 0, 1.5, 2.0)
+    df["status"] = "ok"
+    unstable = tables.unstable(df)
+    assert "hosts" in unstable.columns and len(unstable) == len(df) > problems.MAX_LISTED   # the node is named
+    sec = Section("Warnings")
+    problems._listed(sec, unstable.sort_values("p90_over_median", ascending=False), "the most unstable first")
+    text, table = sec.items
+    assert f"{len(df):,} points; the first {problems.MAX_LISTED}" in text
+    assert len(table) == problems.MAX_LISTED and (table["p90_over_median"] == 2.0).all()

@@ -6,7 +6,7 @@ import shlex
 
 import pandas as pd
 
-from commbench.sysinfo.machine import CREDENTIAL_NAME, looks_secret
+from commbench.sysinfo.machine import is_secret
 from commbench.units import format_size
 
 # A point is unstable when its p90 is more than this factor above its median:
@@ -117,7 +117,7 @@ def not_ok_rows(df: pd.DataFrame, params=()) -> pd.DataFrame:
 
 
 # Besides the run's own parameter columns, what may tell two points of one op and size apart.
-TELLING = ("in_place", "timing", "num_nodes", "ranks_per_node")
+TELLING = ("in_place", "timing", "num_nodes", "ranks_per_node", "hosts")   # hosts: the node or pair of a placed run
 
 
 def _brief(df: pd.DataFrame, tail: list[str], whole: pd.DataFrame | None = None, params=()) -> pd.DataFrame:
@@ -173,7 +173,7 @@ def metadata(meta: dict) -> pd.DataFrame:
     env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     withheld = [str(k) for k in meta.get("env_withheld") or [] if isinstance(k, str)]
     for k, v in sorted(env.items(), key=lambda kv: str(kv[0])):
-        if CREDENTIAL_NAME.search(str(k)) or looks_secret(v):   # a run.json written before this rule
+        if is_secret(k, v):   # a run.json written before a rule (or a site's names and patterns)
             withheld.append(str(k))
             continue
         rows.append((f"env {k}", str(v)))
