@@ -67,3 +67,15 @@ def test_the_slow_host_is_flagged_and_cases_of_one_unit_are_left_out():
     one = pd.DataFrame(dict(case_id=["a", "a"], rank=[0, 0], host=["x", "x"], gpu=[0, 0], iteration=[0, 1],
                             time_us=[1.0, 2.0]))
     assert _level_stats(one, "host", LocalizeSettings()).empty
+
+
+def test_the_accept_document_of_a_fleet_shows_the_flagged_lines_and_the_slowest_others():
+    from commbench.analysis.accept.verdict import FINDINGS_UNFLAGGED, _findings_shown
+
+    n = 1000
+    table = pd.DataFrame({"level": "host", "name": [f"n{i}" for i in range(n)], "median_excess_pct": np.arange(n),
+                          "flagged": np.arange(n) % 100 == 0})
+    shown = _findings_shown(table)
+    assert int(shown["flagged"].sum()) == 10 and len(shown) == 10 + FINDINGS_UNFLAGGED
+    assert list(shown[~shown["flagged"]]["name"])[:2] == ["n999", "n998"]
+    assert len(_findings_shown(table.head(150))) == 150

@@ -69,5 +69,23 @@ def accept_document(run: Run, ruleset: RuleSet, verdicts: list[Verdict], finding
                  f"others; flagged when at least {ruleset.localize.min_excess_pct:g}% slower in "
                  f"at least {ruleset.localize.min_share:.0%} of its Cases. Robust z uses the "
                  "median and MAD across hosts (needs 3 or more).")
-        sec.table(findings, "no per-rank samples to compare")
+        shown = _findings_shown(findings)
+        if len(shown) < len(findings):
+            sec.text(f"{len(findings):,} lines: the flagged ones and the {FINDINGS_UNFLAGGED} slowest of the others "
+                     "are shown (accept --json holds them all).")
+        sec.table(shown, "no per-rank samples to compare")
     return doc
+
+
+FINDINGS_UNFLAGGED = 20   # a fleet's table has a line per host and rank: the others shown, at most
+
+
+def _findings_shown(findings: pd.DataFrame, most: int = 200) -> pd.DataFrame:
+    """All of a short localisation table; of a long one (> ``most`` lines) the flagged lines and the
+    FINDINGS_UNFLAGGED slowest others."""
+    if len(findings) <= most or "flagged" not in findings.columns:
+        return findings
+    excess = next((c for c in ("median_excess_pct", "worst_excess_pct") if c in findings.columns), None)
+    rest = findings[~findings["flagged"].astype(bool)]
+    rest = rest.sort_values(excess, ascending=False) if excess else rest
+    return pd.concat([findings[findings["flagged"].astype(bool)], rest.head(FINDINGS_UNFLAGGED)])
