@@ -238,3 +238,24 @@ def test_report_line_counts_points_that_differ():
                          "bitwise_note": ["", "", "not checked", ""]})
     assert summary_line(rows) == ("2 point(s) checked bit for bit (3 repetitions each): 1 differ (each is a "
                                   "`wrong` row); 1 point(s) not checked (their families offer no output view).")
+
+
+# --- accept ---------------------------------------------------------------------------------------
+
+def test_accept_rule_on_a_run_without_the_check_fails_never_crashes(tmp_path):
+    """A rule on bitwise_mismatch over a run that never ran `check: bitwise` fails as an empty
+    metric (exit 1), rather than passing or stopping on the missing column."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - {name: bitwise, select: {family: collectives}, metric: bitwise_mismatch,\n"
+                     "     aggregate: max, op: '<=', value: 0}\n")
+    run = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "cpu-base"
+    result = CliRunner().invoke(cli, ["accept", str(run), "--rules", str(rules), "--out",
+                                      str(tmp_path / "a.html")])
+    assert result.exit_code == 1, result.output
+    assert "bitwise_mismatch is empty" in result.output

@@ -306,12 +306,13 @@ def check_columns(ruleset: RuleSet, columns) -> None:
 def with_derived_columns(run, ruleset: RuleSet):
     """The run (a runfolder.reader.Run, or None) with the columns its rules name that are computed
     rather than stored: the bounds (bound_gbps, pct_of_bound, ...; analysis/bounds.py); and a tail
-    column the run's rows predate, empty (a rule on it then fails as an empty metric)."""
+    column the run's rows predate, or a family column its families did not write (tokens_per_s,
+    bitwise_mismatch), empty (a rule on it then fails as an empty metric)."""
     named = {r.metric for r in ruleset.rules} | {col for r in ruleset.rules for col, _ in r.select.terms}
     if run is None:
         return run
     results = run.results
-    missing = [c for c in TAIL_COLUMNS if c in named and c not in results.columns]
+    missing = [c for c in (*TAIL_COLUMNS, *FAMILY_COLUMNS) if c in named and c not in results.columns]
     if missing:
         results = results.assign(**{c: math.nan for c in missing})
     if named & set(BOUND_COLUMNS):
