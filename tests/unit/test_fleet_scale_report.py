@@ -126,3 +126,16 @@ def test_warning_tables_of_a_fleet_list_the_first_rows_and_say_how_many_more():
     text, table = sec.items
     assert f"{len(df):,} points; the first {problems.MAX_LISTED}" in text
     assert len(table) == problems.MAX_LISTED and (table["p90_over_median"] == 2.0).all()
+
+
+def test_many_curves_of_two_backends_are_faceted_so_a_backend_is_not_an_outlier():
+    df = _rows(100, {42: 1.4})
+    other = df.copy()
+    other["backend"], other["time_us"] = "gloo", other["time_us"] * 3.0
+    df = pd.concat([df, other], ignore_index=True)
+    panels = plots.figure_panels(df, "time_us")
+    assert [p.op for p in panels] == ["all_reduce gloo", "all_reduce nccl", "broadcast gloo", "broadcast nccl"]
+    assert all(p.banded and len(p.table) == 100 for p in panels)
+    table = plots.curve_outliers(panels)
+    assert sorted(set(table["curve"])) == ["gloo default node0042", "nccl default node0042"]
+    plots.figure_png(plots.metric_figure(df, "time_us"))

@@ -155,9 +155,26 @@ def figure_panels(df: pd.DataFrame, metric: str, params=()) -> list[Panel]:
     panels = []
     for op, sub in rows.groupby(rows["op"].astype(str), sort=True):
         table = curve_table(sub, metric, cols)
-        banded = len(table) > curve_band.MAX_CURVES
-        panels.append(Panel(op, sub, table, curve_band.curve_scores(table) if banded else None))
+        facets = _facets(sub, cols) if len(table) > curve_band.MAX_CURVES else []
+        if not facets:
+            facets = [("", sub)]
+        for title, part in facets:
+            table = curve_table(part, metric, cols) if title else table
+            scores = curve_band.curve_scores(table) if len(table) > curve_band.MAX_CURVES else None
+            panels.append(Panel(f"{op} {title}".strip(), part, table, scores))
     return panels
+
+
+def _facets(sub: pd.DataFrame, cols: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """A panel of too many curves that differ in more than one way (1,000 nodes x 2 backends): a
+    panel per value of the other columns (one per backend), so the band and its outliers compare
+    like with like; [] when only one column tells the curves apart."""
+    varying = [c for c in cols if sub[c].astype(str).nunique() > 1]
+    if len(varying) < 2:
+        return []
+    many = max(varying, key=lambda c: sub[c].astype(str).nunique())
+    by = [c for c in varying if c != many]
+    return [(_label(key, by), part) for key, part in sub.groupby(by, sort=True, dropna=False)]
 
 
 def curve_outliers(panels: list[Panel]) -> pd.DataFrame:
