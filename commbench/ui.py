@@ -107,6 +107,8 @@ def headline(row: dict | None) -> str:
         parts.append(f"busbw {n['busbw_gbps']:.2f} GB/s")
     if row.get("status") == "wrong" and n.get("wrong"):
         parts.append(f"{int(n['wrong'])} wrong")
+    if n.get("bitwise_mismatch"):   # check: bitwise (measure/bitwise.py)
+        parts.append(f"{int(n['bitwise_mismatch'])} of {int(n.get('bitwise_repeats') or 0)} repetitions differ bitwise")
     return ", ".join(parts)
 
 

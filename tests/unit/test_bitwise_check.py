@@ -259,3 +259,12 @@ def test_accept_rule_on_a_run_without_the_check_fails_never_crashes(tmp_path):
                                       str(tmp_path / "a.html")])
     assert result.exit_code == 1, result.output
     assert "bitwise_mismatch is empty" in result.output
+
+
+def test_progress_line_says_repetitions_differ():
+    from commbench.ui import headline
+
+    row = {"status": "wrong", "time_us": 3.2, "busbw_gbps": 1.0, "wrong": 0, "bitwise_mismatch": 2,
+           "bitwise_repeats": 10}
+    assert headline(row).endswith("2 of 10 repetitions differ bitwise")
+    assert "bitwise" not in headline({**row, "status": "ok", "bitwise_mismatch": 0})
