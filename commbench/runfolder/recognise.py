@@ -60,10 +60,20 @@ def redact_meta(meta):
     """run.json's content with every environment it records (``env`` maps, lists of pairs or of
     NAME=value) showing secret-looking variables as ``NAME: <withheld>`` (docs/results.md)."""
     if isinstance(meta, dict):
-        return {k: (_redact_env(v) if k == "env" else redact_meta(v)) for k, v in meta.items()}
+        return {k: (_redact_env(v) if k == "env" else _redact_argv(v) if k == "command" else redact_meta(v))
+                for k, v in meta.items()}
     if isinstance(meta, list):
         return [redact_meta(v) for v in meta]
     return meta
+
+
+def _redact_argv(argv):
+    """A command line with every argument shaped like a credential (a --set env value) withheld."""
+    from ..sysinfo.machine import WITHHELD, looks_secret
+
+    if not isinstance(argv, list):
+        return redact_meta(argv)
+    return [WITHHELD if isinstance(a, str) and looks_secret(a) else a for a in argv]
 
 
 def _redact_env(env):

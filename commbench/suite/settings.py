@@ -72,4 +72,17 @@ def read_settings(raw, err, environ=None) -> SuiteSettings:
             values[field_name] = parse(value)
         except ValueError as exc:
             err.add(line, where, str(exc))
+    _check_withholding(err)
     return SuiteSettings(**values)
+
+
+def _check_withholding(err) -> None:
+    """The site's secret names and patterns (sysinfo/secrets.py) are read while the run writes
+    run.json: an unusable one is refused here, before any run folder exists."""
+    from ..errors import CommbenchError
+    from ..sysinfo.secrets import check_site_settings
+
+    try:
+        check_site_settings()
+    except CommbenchError as exc:
+        err.add(1, "environment", str(exc))

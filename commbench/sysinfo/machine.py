@@ -9,7 +9,6 @@ driver calls are cuInit and read-only device queries.
 from __future__ import annotations
 
 import ast
-import math
 import os
 import platform
 import re
@@ -18,7 +17,6 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from importlib.util import find_spec
@@ -28,49 +26,15 @@ from typing import Any, Callable, Mapping
 from .. import __version__
 from ..safety import held_switches
 from . import links as link_probe
+from .secrets import CREDENTIAL_NAME, WITHHELD, is_secret, looks_secret, redact_env
+
+__all__ = ["CREDENTIAL_NAME", "WITHHELD", "collect", "filtered_env", "is_secret", "looks_secret", "redact_env",
+           "withheld_env"]
 
 ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "CUDA_", "UCX_", "OMPI_MCA_", "TORCH_", "COMMBENCH_")
 TOOL_TIMEOUT_S = 5.0
 _ATTR_CC_MAJOR, _ATTR_CC_MINOR, _ATTR_MULTICAST = 75, 76, 132  # CUdevice_attribute values in cuda.h
 _GPU_FIELDS = "index,name,uuid,memory.total,compute_cap,pci.bus_id,driver_version"
-
-
-# A name that looks like a credential is never recorded, whatever its prefix (TORCH_HUB_TOKEN,
-# NCCL_PASSPHRASE, OMPI_MCA_pwd): these words anywhere in the name, PASS and PWD where a word starts.
-CREDENTIAL_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH|BEARER|PRIVATE|COOKIE|SESSION"
-                             r"|(?<![A-Za-z0-9])(?:PASS|PWD)", re.IGNORECASE)
-WITHHELD = "<withheld>"
-# A value in these alphabets (base64, base64url, hex) that is long and varied enough reads as a key.
-_TOKEN_CHARS = re.compile(r"[A-Za-z0-9+/=_-]{20,}")
-_HEX = re.compile(r"[0-9a-fA-F]+")
-# GPU and MIG UUIDs (CUDA_VISIBLE_DEVICES) are long hex but name hardware, not secrets.
-_UUID = re.compile(r"(?:(?:GPU|MIG)-)?[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
-
-
-def _entropy_bits(text: str) -> float:
-    n = len(text)
-    return -sum(c / n * math.log2(c / n) for c in Counter(text).values())
-
-
-def looks_secret(value) -> bool:
-    """A value shaped like a random token: 20+ characters of base64/hex with a high entropy."""
-    text = str(value).strip()
-    if not _TOKEN_CHARS.fullmatch(text) or _UUID.fullmatch(text) or text.startswith("/"):
-        return False
-    if _HEX.fullmatch(text):   # hex: 16 symbols at most, so judged on a longer string
-        return len(text) >= 32 and _entropy_bits(text) >= 3.0
-    classes = sum(bool(re.search(p, text)) for p in ("[a-z]", "[A-Z]", "[0-9]"))
-    return classes == 3 and _entropy_bits(text) >= 3.5
-
-
-def is_secret(name, value=None) -> bool:
-    """A variable never recorded: its name looks like a credential or its value like a token."""
-    return bool(CREDENTIAL_NAME.search(str(name))) or (value is not None and looks_secret(value))
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with the value of every secret-looking variable replaced by ``<withheld>``."""
-    return {k: (WITHHELD if is_secret(k, v) else v) for k, v in env.items()}
 
 
 def filtered_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
