@@ -15,7 +15,9 @@
 # Groups:
 #   build     every kernel library in parallel (tests/gpu/prebuild.py), cached in $COMMBENCH_JIT_CACHE,
 #             and DeepEP from $TP/deepep-v1.2.1.tar.gz beside it (when the tarball is there)
-#   tests     the GPU tests of nvshmem and the proxy, and the moe test driver under mpirun with 2
+#   tests     the GPU tests of nvshmem and the proxy, the preflight's NVML reading, the GPU health record,
+#             the memory plans against the Cases' peaks, bitwise repeatability of NCCL collectives,
+#             and the moe test driver under mpirun with 2
 #             ranks sharing the GPU (the allreduce family's own GPU tests, 70 s, are in tests-all: the
 #             default run keeps it through shared-allreduce and allreduce-smoke)
 #   shared    ranks sharing the GPU through `commbench run` (NCCL with one NCCL_HOSTID per rank):
@@ -104,6 +106,13 @@ deepep_wait() {   # the first step that may use DeepEP waits for its build (the 
 group_tests() {
   cmd pytest-nvshmem 90 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_nvshmem_gpu.py
   PROXY_GPU_OUT="$OUT/proxy_gpu.jsonl" cmd pytest-proxy 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_proxy_gpu.py
+  # the node as NVML shows it (preflight), the GPU health record, each Case's memory plan against its
+  # peak, and a bitwise-repeatability run of NCCL collectives (1 rank and 2 sharing the GPU)
+  cmd pytest-preflight 90 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_preflight_gpu.py
+  HEALTH_RECORD_DIR="$OUT/health" cmd pytest-health 90 python3 -m pytest -q -rs -s -p no:cacheprovider \
+    tests/gpu/test_health_gpu.py
+  cmd pytest-memory 150 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_memory_plan_gpu.py
+  cmd pytest-bitwise 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_bitwise_gpu.py
   deepep_wait
   cmd moe-np2 90 "${MPI[@]}" -np 2 python3 tests/gpu/test_moe_gpu.py "$OUT/moe_np2.jsonl"
 }
