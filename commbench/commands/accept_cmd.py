@@ -23,9 +23,10 @@ from .options import load, overrides_of, price_options, share_gpu_option, suite_
               help="Run folder that within_pct_of rules compare against.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None,
               help="Write JUnit XML (one testcase per check) for CI systems.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+@click.option("--json", "json_path", type=click.Path(path_type=Path, allow_dash=True), default=None,
               help="Write the verdicts as JSON (every check, node and link, the counts and the exit status; "
-                   "schema: docs/accept.md).")
+                   "schema: docs/accept.md) to this file ('-': standard output; the table then goes to "
+                   "standard error).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="HTML verdict report (Markdown twin next to it). Default: RUN/accept.html.")
 @click.option("--localize/--no-localize", default=None,
@@ -59,7 +60,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
         return
     if junit_path is not None:
         check_writable(junit_path, "--junit")
-    if json_path is not None:
+    if json_path is not None and str(json_path) != "-":
         check_writable(json_path, "--json")
     try:
         ruleset = _ruleset(target, rules_path, localize)
@@ -162,20 +163,21 @@ def _judge(run_dir: Path, ruleset, base_run, out: Path | None, junit_path: Path 
     run = _load_run(run_dir)
     verdicts, findings = evaluate(run, ruleset, base_run)
     warnings = machine_warnings(run, base_run)
-    click.echo(text_table(verdict_table(verdicts), wrap="reason", width=terminal_width()))
+    err = json_path is not None and str(json_path) == "-"   # stdout holds the JSON
+    click.echo(text_table(verdict_table(verdicts), wrap="reason", width=terminal_width()), err=err)
     html_path, md_path = write_both(accept_document(run, ruleset, verdicts, findings, warnings),
                                     out or run_dir / "accept.html")
-    click.echo(f"wrote {html_path} and {md_path}")
+    click.echo(f"wrote {html_path} and {md_path}", err=err)
     if junit_path is not None:
         with writing(junit_path, "--junit"):
             junit_path.write_text(junit_xml(verdicts, ruleset.path.stem, warnings))
-        click.echo(f"wrote {junit_path}")
+        click.echo(f"wrote {junit_path}", err=err)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
     failed = sum(not v.passed for v in verdicts)
     _write_json(json_path, verdict_json(run, ruleset, verdicts, findings, warnings, 1 if failed else 0, base_run))
     click.echo(f"{'FAIL' if failed else 'PASS'}: {failed} of {len(verdicts)} checks failed"
-               + ("; the machine was busy (warning above): times may be slow or noisy" if warnings else ""))
+               + ("; the machine was busy (warning above): times may be slow or noisy" if warnings else ""), err=err)
     return 1 if failed else 0
 
 
@@ -185,6 +187,10 @@ def _write_json(path: Path | None, data: dict) -> None:
         return
     import json
 
+    text = json.dumps(data, indent=1, allow_nan=False)
+    if str(path) == "-":
+        click.echo(text)
+        return
     with writing(path, "--json"):
-        path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+        path.write_text(text + "\n")
     click.echo(f"wrote {path}", err=True)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from commbench.analysis.accept.rules import load_rules
 from commbench.analysis.accept.verdict import evaluate
-from commbench.analysis.accept.verdict_json import SCHEMA, SCHEMA_VERSION, error_json, verdict_json
+from commbench.analysis.accept.verdict_json import SCHEMA, error_json, verdict_json
 from commbench.runfolder.reader import Run, load_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ RULES = """rules:
        aggregate: min, op: ">=", value: 328}
     - {name: small, select: {size_bytes: {max: 64MiB}}, metric: time_us, aggregate: median, op: "<=", value: 1e6}
 """
-TOP_KEYS = {"schema", "schema_version", "verdict", "exit_status", "run", "rules_file", "baseline", "machine_busy",
+TOP_KEYS = {"schema", "verdict", "exit_status", "run", "rules_file", "baseline", "machine_busy",
             "warnings", "counts", "checks", "nodes", "links", "gpus", "ranks", "networks", "localization"}
 CHECK_KEYS = {"check", "kind", "result", "passed", "metric", "unit", "measured", "expected", "reason", "level",
               "names", "numbers"}
@@ -45,7 +45,7 @@ def _judged(tmp_path, folder: Path, text: str = RULES):
 def test_a_slow_host_run_as_json(tmp_path):
     run, ruleset, verdicts, findings = _judged(tmp_path, RUNS / "gpu8-slowhost")
     data = _strict(verdict_json(run, ruleset, verdicts, findings, [], 1))
-    assert set(data) == TOP_KEYS and data["schema"] == SCHEMA and data["schema_version"] == SCHEMA_VERSION
+    assert set(data) == TOP_KEYS and data["schema"] == SCHEMA == "commbench.accept/1"
     assert data["verdict"] == "fail" and data["exit_status"] == 1
     assert all(set(c) == CHECK_KEYS for c in data["checks"])
     ring = next(c for c in data["checks"] if c["check"] == "ring")
@@ -145,3 +145,16 @@ def test_accept_json_option_writes_what_the_exit_status_says(tmp_path):
     assert res.exit_code == 2, res.output
     data = json.loads((tmp_path / "b.json").read_text())
     assert data["verdict"] == "error" and data["exit_status"] == 2 and "bad.yaml" in data["error"]
+
+
+def test_accept_json_to_standard_output_keeps_it_pure_json(tmp_path):
+    from click.testing import CliRunner
+
+    from commbench.cli import cli
+
+    (tmp_path / "rules.yaml").write_text(RULES)
+    res = CliRunner().invoke(cli, ["accept", str(RUNS / "gpu8-slowhost"), "--rules", str(tmp_path / "rules.yaml"),
+                                   "--out", str(tmp_path / "a.html"), "--json", "-"])
+    assert res.exit_code == 1, res.stderr
+    data = json.loads(res.stdout)
+    assert data["exit_status"] == 1 and "FAIL:" in res.stderr and "ring" in res.stderr

@@ -11,8 +11,7 @@ import pandas as pd
 
 from .outcome import Verdict
 
-SCHEMA = "commbench.accept"
-SCHEMA_VERSION = 1
+SCHEMA = "commbench.accept/1"   # as compare --json's "commbench.compare/1": a later version adds keys only
 
 
 def verdict_json(run, ruleset, verdicts: list[Verdict], findings: pd.DataFrame | None = None,
@@ -25,7 +24,7 @@ def verdict_json(run, ruleset, verdicts: list[Verdict], findings: pd.DataFrame |
     named = _named(verdicts)
     nodes = _nodes(run, named.get("node", {}))
     return _plain({
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "schema": SCHEMA,
         "verdict": "fail" if failed else "pass", "exit_status": status,
         "run": {"path": str(run.path), "label": run.label, "suite": (run.meta or {}).get("suite"),
                 "started_utc": (run.meta or {}).get("started_utc")},
@@ -43,8 +42,9 @@ def verdict_json(run, ruleset, verdicts: list[Verdict], findings: pd.DataFrame |
 
 
 def error_json(target, message: str, exit_status: int = 2) -> dict:
-    """The acceptance that could not be judged (bad rules, not a run folder): verdict "error"."""
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "verdict": "error", "exit_status": int(exit_status),
+    """The acceptance that could not be judged (bad rules, not a run folder: verdict "error", exit 2)
+    or that failed before anything ran (a node not of the suite's shape: "fail", exit 1)."""
+    return {"schema": SCHEMA, "verdict": "error" if int(exit_status) == 2 else "fail", "exit_status": int(exit_status),
             "run": {"path": str(target)}, "error": str(message)}
 
 
