@@ -52,8 +52,10 @@ def run_cmd(suite: Path, out: Path | None, resume: bool, force: bool, repeat: in
         raise CommbenchError("--repeat and a burn-in duration do not go together: a burn-in already runs "
                              "the suite again and again (into one folder, pass by pass).")
     if dry_run:
+        schedule = schedule_of(s, launch_cost, estimate_from)   # a bad price is refused before any output
         print_plan(s)
-        print_schedule(s, launch_cost, estimate_from)
+        for line in schedule:
+            click.echo(line)
         return
     raise SystemExit(_measure(s, out, resume, force, overrides, quiet, repeat, duration_s, share_gpu))
 
@@ -96,14 +98,18 @@ def _cli_duration_s(duration: str | None) -> float | None:
 
 def print_schedule(s, launch_cost: str | None, estimate_from: Path | None) -> None:
     """The waves a run of suite ``s`` takes and, when priced, its projected wall time."""
+    for line in schedule_of(s, launch_cost, estimate_from):
+        click.echo(line)
+
+
+def schedule_of(s, launch_cost: str | None, estimate_from: Path | None) -> list[str]:
+    """The schedule's lines; a bad --launch-cost or --estimate-from is exit 2 naming the flag."""
     from ..launch.waves import price
 
     try:
-        lines = price(s.launches, launch_cost, estimate_from)
+        return price(s.launches, launch_cost, estimate_from)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--launch-cost") from None
-    for line in lines:
-        click.echo(line)
 
 
 def print_plan(s) -> None:

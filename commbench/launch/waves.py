@@ -13,6 +13,7 @@ import os
 import statistics
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 from ..units import parse_duration
@@ -146,6 +147,11 @@ def estimate_from_run(meta: dict, rows: list[dict], source: str, where: str = "r
     case_s, by_log = {}, {}
     for r in rows:
         t_us, n = r.get("time_us"), _number(r.get("warmup")) + _number(r.get("iters"))
+        if _number(t_us) < 0 or _number(r.get("warmup")) < 0 or _number(r.get("iters")) < 0:
+            from ..errors import RunFolderError, preview
+
+            raise RunFolderError(f"{source}: the row of Case {preview(r.get('case_id'))} has a negative time_us, "
+                                 "warmup or iters (the folder is damaged or not commbench's)")
         if _number(t_us) and n and isinstance(r.get("case_id"), str):
             case_s[r["case_id"]] = float(t_us) * n / 1e6
             by_log[r.get("log")] = by_log.get(r.get("log"), 0.0) + case_s[r["case_id"]]
@@ -171,9 +177,9 @@ def _launch_records(meta: dict, where: str) -> list[dict]:
         raise RunFolderError(f"{where}: launches {preview(launches)} is not a list of launch records "
                              "(the file is damaged or not commbench's)")
     for i, l in enumerate(launches):
-        if not isinstance(l, dict) or not (l.get("wall_s") is None or _is_number(l["wall_s"])):
+        if not isinstance(l, dict) or not (l.get("wall_s") is None or (_is_number(l["wall_s"]) and l["wall_s"] >= 0)):
             raise RunFolderError(f"{where}: launches[{i}] {preview(l)} is not a launch record with wall_s "
-                                 "in seconds (the file is damaged or not commbench's)")
+                                 "in seconds, 0 or more (the file is damaged or not commbench's)")
     return launches
 
 
@@ -244,15 +250,43 @@ def _hms(seconds: float) -> str:
 
 def price(launches: Sequence, launch_cost: str | None = None, estimate_from=None) -> list[str]:
     """``schedule_lines`` with the estimate the user asked for: a per-launch cost (`--launch-cost`),
-    or a previous run folder's launches and Case times (`--estimate-from`), or none (no times)."""
+    or a previous run folder's launches and Case times (`--estimate-from`), or none (no times).
+    A folder that is not a run folder, is damaged, or measured none of these launches' Cases is a
+    CommbenchError naming --estimate-from (exit 2): it would price the schedule at nothing."""
     estimate = None
     if estimate_from is not None:
-        from ..runfolder import RunFolder, read_meta
-
-        estimate = estimate_from_run(read_meta(estimate_from), RunFolder(estimate_from).latest_rows(),
-                                     f"estimated from {estimate_from}", f"{estimate_from}/run.json")
+        estimate = _estimate_from_folder(estimate_from, launches)
     if launch_cost is not None:   # a ValueError from here on is --launch-cost's (the CLI names it)
         cost = parse_duration(launch_cost, allow_zero=True)
         estimate = (Estimate(cost, estimate.case_s, f"{estimate.source}, --launch-cost {launch_cost}")
                     if estimate else Estimate(cost, {}, f"--launch-cost {launch_cost} per launch"))
     return schedule_lines(launches, estimate)
+
+
+def _estimate_from_folder(folder, launches: Sequence) -> Estimate:
+    from ..errors import CommbenchError, RunFolderError
+    from ..runfolder import RunFolder, read_meta
+
+    flag = f"--estimate-from {folder}"
+    path = Path(folder)
+    meta_path = path / "run.json"
+    if not path.is_dir() or not meta_path.is_file() or meta_path.is_symlink():
+        raise RunFolderError(f"{flag}: not a run folder (it holds no run.json): give the folder of an earlier "
+                             "`commbench run` of this suite")
+    try:
+        meta = read_meta(path)
+        _launch_records(meta, str(meta_path))
+        if not isinstance(meta.get("suite"), str):
+            raise RunFolderError(f"{meta_path}: names no suite: not a run.json commbench wrote")
+        if not any(os.path.lexists(path / name) for name in ("results.jsonl", "results.csv")):
+            raise RunFolderError(f"{path}: holds no results: not a run folder")
+        estimate = estimate_from_run(meta, RunFolder(path).latest_rows(), f"estimated from {folder}",
+                                     str(meta_path))
+    except CommbenchError as exc:
+        raise RunFolderError(f"{flag}: {exc}") from None
+    wanted = {cid for launch in launches if not launch.search for cid in launch.case_ids}   # a search's own vary
+    if wanted and not wanted & set(estimate.case_s):
+        raise RunFolderError(f"{flag}: none of the {len(wanted)} Cases to run were measured there (it ran "
+                             f"suite {meta['suite']!r}): give a run folder of this suite, or price with "
+                             "--launch-cost")
+    return estimate
