@@ -30,6 +30,7 @@ from typing import Any
 from commbench.analysis.bound_limits import BOUND_COLUMNS
 from commbench.errors import CommbenchError, preview
 from commbench.runfolder.schema import COLUMNS, FAMILY_COLUMNS, TAIL_COLUMNS
+from commbench.suite.metric_columns import metric_refusal
 from commbench.suite.yaml_lines import LineDict, load_yaml
 from commbench.units import parse_size
 
@@ -202,6 +203,8 @@ def _rule(raw: Any, path: Path, names: set) -> Rule:
     metric = raw["metric"]
     if not isinstance(metric, str) or not metric:
         raise _fail(path, at("metric"), "metric", "expected a column name such as busbw_gbps")
+    if metric_refusal(metric):   # a text column (op, status, host ...) cannot be compared as a number
+        raise _fail(path, at("metric"), "metric", metric_refusal(metric))
     op = raw.get("op", "")   # "" only with drift_pct / spread_pct: no check on the last pass's rows
     if op not in OPERATORS and not (burnin and op == ""):
         raise _fail(path, at("op"), "op", f"unknown operator {preview(op)}; use one of {list(OPERATORS)}")
