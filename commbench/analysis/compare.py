@@ -114,15 +114,27 @@ class _SidePoint:
 
 def _bounds(frame: pd.DataFrame, links) -> list[float]:
     """Each row's bound_gbps by analysis/bounds.py (NaN without links or a rule)."""
-    if not links:
+    if not links or frame.empty:
         return [math.nan] * len(frame)
-    from .bounds import row_bound
+    from .bounds import HOST_BACKENDS, row_bound
 
-    out = []
-    for row in frame.to_dict("records"):
+    out = [math.nan] * len(frame)
+    host = frame["backend"].astype(str).isin(HOST_BACKENDS).to_numpy() if "backend" in frame else \
+        np.zeros(len(frame), dtype=bool)
+    if host.all():   # host memory has no GPU link bound (bounds.row_bound): no row to look at
+        return out
+    for i, row in zip(np.flatnonzero(~host), frame[~host].to_dict("records")):
         limit, _ = row_bound(row, links)
-        out.append(limit.gbps if limit else math.nan)
+        out[i] = limit.gbps if limit else math.nan
     return out
+
+
+def _numbers(frame: pd.DataFrame, name: str) -> list[float]:
+    """A numeric column as finite floats, NaN for anything else (_num for a whole column)."""
+    if name not in frame.columns:
+        return [math.nan] * len(frame)
+    v = pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(v), v, np.nan).tolist()
 
 
 def _column(frame: pd.DataFrame, name: str, default) -> list:
@@ -135,10 +147,9 @@ def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
     for i, run in enumerate(runs):
         spreads = _case_spreads(run)
         frame = run.results
-        key_cols = [[_key_value(v) for v in frame[k].tolist()] for k in keys]
+        key_cols = [_key_column(frame[k]) for k in keys]
         statuses = [str(v or "ok") if v == v else "ok" for v in _column(frame, "status", "ok")]
-        times = [_num(v) for v in _column(frame, "time_us", math.nan)]
-        busbw = [_num(v) for v in _column(frame, "busbw_gbps", math.nan)]
+        times, busbw = _numbers(frame, "time_us"), _numbers(frame, "busbw_gbps")
         shared = [rehearsal.ranks_per_gpu(v) for v in _column(frame, rehearsal.COLUMN, None)]
         bounds = _bounds(frame, (run.meta or {}).get("links"))
         cases = [str(v) for v in _column(frame, "case_id", "")]
@@ -153,22 +164,17 @@ def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
     return points
 
 
-def _key_value(value):
-    """NaN never equals itself: an empty key cell becomes None so both sides pair on it."""
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def _num(value) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
+def _key_column(col: pd.Series) -> list:
+    """A key column as values, empty cells as None (NaN never equals itself; None pairs with None)."""
+    return col.astype(object).where(col.notna(), None).tolist()
 
 
 def _gmean_list(values) -> float:
-    v = [x for x in values if x is not None and math.isfinite(x) and x > 0]
-    return float(np.exp(np.mean(np.log(v)))) if v else math.nan
+    if len(values) == 1:   # one run a side: the common case at fleet size
+        x = values[0]
+        return x if x is not None and 0 < x < math.inf else math.nan
+    v = [x for x in values if x is not None and 0 < x < math.inf]   # NaN fails both comparisons
+    return math.exp(sum(map(math.log, v)) / len(v)) if v else math.nan
 
 
 def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd.DataFrame:
@@ -208,18 +214,28 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
             rec["why"] = "no positive time"
         else:
             comparable.append((rec, pb, pn))
-    _decide(comparable, settings, keys)
+    _decide(comparable, settings, keys, _busy_single(base_runs, new_runs))
     return pd.DataFrame(recs)
 
 
-def _decide(comparable: list, settings: CompareSettings, keys: list[str]) -> None:
+def _busy_single(base_runs: list[Run], new_runs: list[Run]) -> str:
+    """"BASE" or "NEW" when that side is one run whose run.json says the machine was busy."""
+    from commbench.sysinfo.load import busy_reasons
+
+    for name, runs in (("BASE", base_runs), ("NEW", new_runs)):
+        if len(runs) == 1 and busy_reasons((runs[0].meta or {}).get("machine_load")):
+            return name
+    return ""
+
+
+def _decide(comparable: list, settings: CompareSettings, keys: list[str], busy_single: str = "") -> None:
     """Verdicts: points without any noise information by the threshold alone, the rest together."""
     known = [c for c in comparable if compare_stats.has_noise_info(c[1], c[2])]
     compare_stats.threshold_only([c for c in comparable if not compare_stats.has_noise_info(c[1], c[2])],
                                  settings, _gmean_list)
     curve_cols = [k for k in keys if k not in ("size_bytes", "case_id")]
     curves = [tuple(rec.get(k) for k in curve_cols) for rec, _, _ in known]
-    compare_stats.decide(known, settings, _gmean_list, curves)
+    compare_stats.decide(known, settings, _gmean_list, curves, busy_single)
 
 
 

@@ -83,21 +83,17 @@ def json_document(points: pd.DataFrame, per_op: pd.DataFrame, settings, labels: 
                   paths: tuple[list, list], outcome: Gate | None, fail_above_pct: float | None,
                   allow_inconclusive: bool, warnings: list[str]) -> str:
     """The comparison as JSON (schema in docs/report.md, "compare --json")."""
-    from .compare_rule import format_floor
-
     tested = int(points["p_value"].notna().sum()) if "p_value" in points else 0
-    rows = []
-    gate_of = {}
-    if outcome is not None:
-        gate_of.update({i: "inconclusive" for i in outcome.unsure.index} if outcome.status == "inconclusive" else {})
-        gate_of.update({i: "fail" for i in outcome.failing.index})
-    for idx, rec in zip(points.index, points.to_dict("records")):
-        rec = {k: _clean(v) for k, v in rec.items()}
-        rec["noise_shown"] = format_floor(rec.get("noise_pct") if rec.get("noise_pct") is not None else math.nan)
-        rtt = points.at[idx, "repeats_to_tell"]
-        rec["repeats_shown"] = "" if rtt != rtt else (f">{MOST_REPEATS}" if math.isinf(rtt) else str(int(rtt)))
-        rec["gate"] = gate_of.get(idx, "pass" if outcome is not None else None)
-        rows.append(rec)
+    table = points.copy()
+    if len(table):
+        table["repeats_shown"] = [_repeats_shown(v) for v in table["repeats_to_tell"]]
+        table["gate"] = "pass" if outcome is not None else None
+        if outcome is not None:
+            if outcome.status == "inconclusive":
+                table.loc[outcome.unsure.index, "gate"] = "inconclusive"
+            table.loc[outcome.failing.index, "gate"] = "fail"
+        numeric = table.select_dtypes("number").columns
+        table[numeric] = table[numeric].replace([math.inf, -math.inf], math.nan)
     counts = {v: int((points["verdict"] == v).sum()) if len(points) else 0 for v in VERDICTS}
     doc = {
         "schema": JSON_SCHEMA,
@@ -113,6 +109,12 @@ def json_document(points: pd.DataFrame, per_op: pd.DataFrame, settings, labels: 
                                               "failing": len(outcome.failing), "inconclusive": len(outcome.unsure)},
         "exit_status": EXIT_OK if outcome is None else outcome.exit_status,
         "warnings": list(warnings),
-        "points": rows,
     }
-    return json.dumps(doc, indent=1, allow_nan=False)
+    head = json.dumps(doc, indent=1, allow_nan=False)
+    rows = table.to_json(orient="records", double_precision=10) if len(table) else "[]"
+    return head[:-2] + ',\n "points": ' + rows + "\n}"   # pandas writes the many rows at C speed
+
+
+def _repeats_shown(value) -> str:
+    v = float(value) if value is not None else math.nan
+    return "" if math.isnan(v) else (f">{MOST_REPEATS}" if math.isinf(v) else str(int(v)))

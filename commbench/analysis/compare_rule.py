@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .noise import MIRROR_Q
+
 CANT_TELL = "can't tell"
 # A noise floor above a 10x change: no change a real regression plausibly makes could show, so
 # even a small measured change says nothing.
@@ -23,7 +25,8 @@ class Evidence:
     whether the change stands out of the mirror test (False: as many points, or nearly, moved as
     far the other way; only asked when a side has a single run), ``scale`` sqrt(1/R_base +
     1/R_new), ``single`` whether a side has a single run, ``known_noise`` False when neither side
-    has samples or repeats (an imported table): then only the threshold can speak."""
+    has samples or repeats (an imported table): then only the threshold can speak; ``busy_single``
+    names a side that is a single run on a busy machine (run.json's machine_load), "" otherwise."""
 
     d: float
     floor_log: float
@@ -32,6 +35,7 @@ class Evidence:
     scale: float = math.sqrt(2.0)
     single: bool = False
     known_noise: bool = True
+    busy_single: str = ""
 
 
 def _pct(log_ratio: float) -> float:
@@ -50,8 +54,8 @@ def judge(ev: Evidence, threshold_pct: float, alpha: float) -> tuple[str, str, f
 
     0. noise unknown (no samples, no repeats) -> can't tell at the threshold or more, else unchanged;
     1. floor above PLAUSIBLE_EFFECT_PCT -> can't tell (no plausible change would show);
-    2. |change| >= threshold, p_adjusted < alpha, |d| >= floor and the mirror test passed ->
-       better or worse;
+    2. |change| >= threshold, p_adjusted < alpha, |d| >= floor, no side a single run on a busy
+       machine and the mirror test passed -> better or worse (the first two failing: can't tell);
     3. |change| < threshold -> unchanged;
     4. otherwise -> can't tell (the change is within the point's noise)."""
     change_pct = _pct(ev.d)
@@ -67,11 +71,15 @@ def judge(ev: Evidence, threshold_pct: float, alpha: float) -> tuple[str, str, f
                f"{PLAUSIBLE_EFFECT_PCT / 100 + 1:g}x change would show")
         return CANT_TELL, why, _repeats(plausible_log, ev)
     if big and ev.p_adjusted < alpha and abs(ev.d) >= ev.floor_log:
+        if ev.busy_single:
+            why = (f"changed {change_pct:+.4g}%, but {ev.busy_single} is one run on a busy machine: a load "
+                   "episode during that run could explain it")
+            return CANT_TELL, why, 3.0
         if ev.mirrored:
             return ("worse" if ev.d > 0 else "better"), "", math.nan
-        why = (f"changed {change_pct:+.4g}%, but with one run per side as many points moved about as "
-               f"far the other way: a Case's whole-run state could explain it")
-        return CANT_TELL, why, 3.0
+        why = (f"changed {change_pct:+.4g}%, but about as many points moved as far the other way: noise "
+               "the runs cannot see (a Case's whole-run state, the machine's load) could explain it")
+        return CANT_TELL, why, 3.0 if ev.single else _repeats(abs(ev.d), ev)
     if not big:
         return "unchanged", "", math.nan
     why = f"changed {change_pct:+.4g}% within its noise floor of {format_floor(_pct(ev.floor_log))}"
@@ -96,8 +104,10 @@ def legend(threshold_pct: float, alpha: float, correction: str, tested: int) -> 
         f"1. noise floor above {PLAUSIBLE_EFFECT_PCT:g}% (shown as > {PLAUSIBLE_EFFECT_PCT:g}%): {CANT_TELL}, "
         "whatever the change;",
         f"2. time changed by >= {threshold_pct:g}%, p < {alpha:g} after the {correction} correction over "
-        f"{tested} points, the change at least the noise floor, and (one run on a side) more points "
-        "moved that way than the other: better or worse;",
+        f"{tested} points, the change at least the noise floor, no side a single run on a busy machine "
+        "(run.json's load; else can't tell), and it stands out of the mirror test "
+        f"(at least {1 / MIRROR_Q:g} times as many points moved as far that way as the other way, counting "
+        "one more): better or worse;",
         f"3. time changed by less than {threshold_pct:g}%: unchanged;",
         f"4. anything else (a change within the noise floor): {CANT_TELL}.",
     ]

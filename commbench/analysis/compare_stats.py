@@ -97,7 +97,7 @@ def threshold_only(comparable: list, settings, gmean) -> None:
         rec.update(verdict=verdict, why=why)
 
 
-def decide(comparable: list, settings, gmean, curve_of) -> None:
+def decide(comparable: list, settings, gmean, curve_of, busy_single: str = "") -> None:
     """Fill ratios, noise, p-values and verdicts of the comparable points (all at once: the noise
     estimate, the correction and the mirror test look at every point)."""
     if not comparable:
@@ -119,14 +119,15 @@ def decide(comparable: list, settings, gmean, curve_of) -> None:
         w = np.nan_to_num(_matrix(side, "spreads"), nan=0.0)
         n_samples = np.maximum(_matrix(side, "counts"), 1.0)
         within_var += (noise.MEDIAN_VARIANCE * w * w / n_samples).mean(axis=1) / logs.shape[1]
-    errors, _ = noise.standard_errors(d, s, k, _pooled_residuals(lb, ln, s), within_var, curve_of)
+    both = lb.shape[1] >= 2 and ln.shape[1] >= 2
+    errors, _ = noise.standard_errors(d, s, k, _pooled_residuals(lb, ln, s), within_var, curve_of, both)
     se = _moderated(np.asarray(errors), _own_variance(lb, ln) * k * k, lb.shape[1] + ln.shape[1] - 2)
     z = np.where(se > 0, d / np.where(se > 0, se, 1.0), 0.0)
     p_raw = [noise.two_sided_p(x) if e > 0 else 1.0 for x, e in zip(z, se)]
     p_adj = noise.adjust(p_raw, settings.correction)
     z_detect = noise.detect_z(settings.alpha, len(comparable), settings.correction)
     single = lb.shape[1] == 1 or ln.shape[1] == 1
-    mirrored = noise.mirror_selected(z) if single else np.ones(len(d), dtype=bool)
+    mirrored = noise.mirror_selected(z)
     between = np.maximum(_between_pct(lb), _between_pct(ln))
     for i, (rec, pb, pn) in enumerate(comparable):
         _ratios(rec, float(d[i]), pb, pn, gmean)
@@ -137,7 +138,7 @@ def decide(comparable: list, settings, gmean, curve_of) -> None:
         rec["p_value"], rec["p_adjusted"] = float(f"{p_raw[i]:.3g}"), float(f"{p_adj[i]:.3g}")
         rec["unstable"] = bool(100.0 * s[i] > UNSTABLE_PCT or between[i] > UNSTABLE_PCT)
         ev = Evidence(d=float(d[i]), floor_log=floor_log, p_adjusted=p_adj[i], mirrored=bool(mirrored[i]),
-                      scale=float(k[i]), single=single)
+                      scale=float(k[i]), single=single, busy_single=busy_single)
         rec["verdict"], rec["why"], rec["repeats_to_tell"] = judge(ev, settings.threshold_pct, settings.alpha)
         if rec["unstable"]:
             why = f"unstable: spread {100.0 * s[i]:.0f}% within runs" + (

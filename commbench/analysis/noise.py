@@ -60,7 +60,8 @@ def median_log_variance(samples: np.ndarray) -> float:
 
 def robust_scale(values, center: float | None = None) -> float:
     """MAD-based standard deviation of values (around their median, or around ``center``)."""
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
     if len(v) == 0:
         return math.nan
     mid = float(np.median(v)) if center is None else center
@@ -150,8 +151,13 @@ def detectable_pct(se: float, z_detect: float) -> float:
     return 100.0 * math.expm1(z_detect * se) if z_detect * se < 700 else math.inf
 
 
-def standard_errors(changes, spreads, scale, residuals, within_var, curves) -> tuple[list[float], str]:
+def standard_errors(changes, spreads, scale, residuals, within_var, curves,
+                    both_repeated: bool = False) -> tuple[list[float], str]:
     """The standard error of each point's change d_j (log units), and where it came from.
+
+    With repeats on both sides (``both_repeated``) each point's runs show its run-to-run noise, so
+    the spread of other points' changes is not used: when a change moves most points by different
+    amounts (a slower machine, a pinned core), that spread is the change, not noise.
 
     ``spreads``: s_j; ``scale``: sqrt(1/R_base + 1/R_new) per point; ``curves``: a hashable per
     point naming its curve (the points of one op across sizes); ``residuals``: repeats' run
@@ -164,7 +170,7 @@ def standard_errors(changes, spreads, scale, residuals, within_var, curves) -> t
     floor = np.maximum(C_MIN * s * k, np.sqrt(np.asarray(within_var, dtype=float)))
     c_rep = robust_scale(residuals, center=0.0) if len(residuals) >= 4 else math.nan
     rep = c_rep * s * k if not math.isnan(c_rep) else np.zeros(n)
-    if n >= MIN_POINTS_FOR_NULL:
+    if n >= MIN_POINTS_FOR_NULL and not (both_repeated and not math.isnan(c_rep)):
         local, source = _neighbour_scale(d, s, k, list(curves)), "spread of the changes of similar points"
     elif not math.isnan(c_rep):
         local, source = np.zeros(n), "repeats"
@@ -172,7 +178,7 @@ def standard_errors(changes, spreads, scale, residuals, within_var, curves) -> t
         local = C_FEW_POINTS * s * k
         source = (f"assumed {C_FEW_POINTS:g}x the within-run spread "
                   f"(fewer than {MIN_POINTS_FOR_NULL} points, no repeats)")
-    if not math.isnan(c_rep) and n >= MIN_POINTS_FOR_NULL:
+    if not math.isnan(c_rep) and n >= MIN_POINTS_FOR_NULL and not both_repeated:
         source += " and repeats"
     return [float(x) for x in np.maximum.reduce([local, rep, floor])], source
 
