@@ -201,16 +201,19 @@ def main(argv: list[str] | None = None) -> None:
 
 def table(results: dict[str, list[dict]], points: list[int]) -> str:
     """Markdown: per command, per size 'wall s / CPU s / peak MiB / exit status (load average
-    before)', and the growth exponent of wall time over all sizes and over the last two."""
+    before)', and the growth exponent of wall and of CPU time, over all sizes and over the last two."""
     head = ("| command | " + " | ".join(f"{n:,} points: wall s / CPU s / MiB / exit (load)" for n in points)
-            + " | exponent (all sizes) | exponent (last two) |")
+            + " | exponent wall: all / last two | exponent CPU: all / last two |")
     lines = [head, "|" + " --- |" * (len(points) + 3)]
     for name, rows in results.items():
         cells = [f"{r['wall_s']:.2f} / {r['cpu_s']:.2f} / {r['peak_mib']:.0f} / {r['rc']} ({r['load']:.1f})"
                  for r in rows]
-        sizes, times = [r["points"] for r in rows], [r["wall_s"] for r in rows]
-        lines.append(f"| `{name}` | " + " | ".join(cells)
-                     + f" | {exponent(sizes, times):.2f} | {exponent(sizes[-2:], times[-2:]):.2f} |")
+        sizes = [r["points"] for r in rows]
+        exps = []
+        for key in ("wall_s", "cpu_s"):
+            times = [r[key] for r in rows]
+            exps.append(f"{exponent(sizes, times):.2f} / {exponent(sizes[-2:], times[-2:]):.2f}")
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " | " + " | ".join(exps) + " |")
     return "\n".join(lines)
 
 
