@@ -39,10 +39,10 @@ lint: $(STAMP)
 
 # Two test targets (markers in pyproject.toml; -rs: every skipped test says why):
 #   make test      ruff, then every test that needs no real launch, Slurm, network namespace, browser,
-#                  GPU or fresh venv: the logic, in a few minutes on 2 cores
+#                  GPU, NVSHMEM link or fresh venv: the logic, in a few minutes on 2 cores
 #   make test-all  make test, then test-slow: the tests it left out (real MPI launches, tests/slurm,
-#                  tests/cluster, Chromium, the GPU tests, the fresh-venv install)
-SLOW_TESTS := mpi or slurm or cluster or browser or gpu or install
+#                  tests/cluster, Chromium, the GPU tests, NVSHMEM links, the fresh-venv install)
+SLOW_TESTS := mpi or slurm or cluster or browser or gpu or slow or install
 test: lint
 	$(BIN)/python -m pytest -q -rs -m "not ($(SLOW_TESTS))" tests
 

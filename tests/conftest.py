@@ -1,7 +1,7 @@
 """Shared test helpers and the two test targets.
 
-`make test` runs every test not marked `mpi`, `slurm`, `cluster`, `browser`, `gpu` or `install`
-(they need real launches, a real Slurm, network namespaces, a browser, a GPU or a fresh venv);
+`make test` runs every test not marked `mpi`, `slurm`, `cluster`, `browser`, `gpu`, `slow` or
+`install` (real launches, a real Slurm, network namespaces, a browser, a GPU, NVSHMEM links, a venv);
 `make test-all` runs the rest. A test that starts a real MPI launch must be marked `mpi` (use
 `@needs_mpi`): the launches go through a recording mpiexec (below), and an unmarked test that
 starts one fails, naming the marker, so `make test` stays free of MPI start-up costs."""
@@ -68,6 +68,11 @@ def _record_mpi_launches() -> None:
 
 def pytest_configure(config):
     _record_mpi_launches()
+
+
+def pytest_unconfigure(config):
+    if _MPI_LOG is not None:
+        shutil.rmtree(_MPI_LOG.parent, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -147,6 +147,7 @@ def test_kernels_compile_for_sm90(name):
     jit.compile_check(name, arch="sm_90")
 
 
+@pytest.mark.slow   # links NVSHMEM device code: minutes of nvcc on 2 cores
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_nvshmem_low_latency_kernels_build_and_link_for_sm90(tmp_path, monkeypatch):
     from commbench.comm import nvshmem as paths

@@ -124,6 +124,7 @@ def _install_or_skip():
         pytest.skip(f"NVSHMEM headers not installed (pip install nvidia-nvshmem-cu13): {exc}")
 
 
+@pytest.mark.slow   # links NVSHMEM device code: minutes of nvcc on 2 cores
 @pytest.mark.parametrize("name", ["nvshmem_boot", "nvshmem_ops", "nvshmem_coll"])
 def test_kernels_build_and_link_for_sm90(name, tmp_path, monkeypatch):
     from commbench import jit
