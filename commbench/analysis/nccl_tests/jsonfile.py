@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
+
+from commbench.errors import preview
 
 from .options import OPTIONS, RANK_TIME, REGISTER, flag
 from .records import (JSON_HALF_UNIT, MAX_ITERS, MAX_RANKS, MAX_SIZE_BYTES, MAX_THREADS_OR_GPUS, Device,
@@ -14,16 +17,9 @@ _OPTIONS = (("unalign", 0, MAX_SIZE_BYTES), ("register", 0, max(REGISTER)), ("av
 
 
 def parse_json(path: Path, text: str) -> TestRun:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NcclTestsFormatError(
-            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); an nccl-tests -J file "
-            f"that ends early was cut short (the run was killed before it finished).") from None
-    except RecursionError:
-        raise NcclTestsFormatError(f"{path}: JSON nested too deeply to be an nccl-tests -J file.") from None
-    if not isinstance(doc, dict) or "results" not in doc or "config" not in doc:
-        raise NcclTestsFormatError(f"{path}: JSON without 'config' and 'results': not an nccl-tests -J file.")
+    """An nccl-tests -J file as a TestRun; a field that is missing, mistyped or out of its bounds,
+    or a key written twice in one object, is an NcclTestsFormatError naming the file and field."""
+    doc = _load(path, text)
     j = _Json(path)
     run = TestRun(path=path, where=str(path), fmt="json")
     args = j.get(doc, "args", list, "")
@@ -34,7 +30,62 @@ def parse_json(path: Path, text: str) -> TestRun:
     run.env = _env_dict(doc.get("env"))
     run.nccl_library = doc.get("nccl_version") if isinstance(doc.get("nccl_version"), int) else None
     run.start_time, run.end_time = doc.get("start_time"), doc.get("end_time")
-    cfg = j.get(doc, "config", dict, "")
+    _config(j, j.get(doc, "config", dict, ""), run)
+    for i, r in enumerate(j.get(doc, "results", list, "")):
+        run.lines.append(_json_line(j, r, f"results[{i}]", run))
+    errors = doc.get("errors")
+    run.errors = [str(e) for e in errors] if isinstance(errors, list) else []
+    avg = doc.get("average_bus_bandwidth")
+    if not isinstance(avg, dict) or "bandwidth" not in avg:
+        said = f" nccl-tests reported: {'; '.join(run.errors)}" if any(run.errors) else ""
+        raise NcclTestsFormatError(
+            f"{path}: no 'average_bus_bandwidth' after {len(run.lines)} result(s): the run did not "
+            f"finish.{said}")
+    run.avg_busbw_gbps = j.float(avg, "bandwidth", "average_bus_bandwidth")
+    oob = doc.get("out_of_bounds")
+    run.out_of_bounds = (j.int(oob, "count", "out_of_bounds", 0, MAX_ITERS)
+                         if isinstance(oob, dict) and "count" in oob else None)
+    return run
+
+
+class _DuplicateKey(Exception):
+    """A JSON object holds one key twice (json.loads would keep the last silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _load(path: Path, text: str) -> dict:
+    """The file's top-level object: valid JSON, every object's keys distinct, config and results."""
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:
+        raise NcclTestsFormatError(
+            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); an nccl-tests -J file "
+            f"that ends early was cut short (the run was killed before it finished).") from None
+    except _DuplicateKey as exc:
+        key = str(exc.args[0])
+        hits = [m.start() for m in re.finditer(re.escape(json.dumps(key)) + r"\s*:", text)]
+        line = f":{text.count(chr(10), 0, hits[-1]) + 1}" if len(hits) == 2 else ""
+        raise NcclTestsFormatError(
+            f"{path}{line}: the key {preview(key, 40)} appears twice in one JSON object: nccl-tests writes each "
+            f"key once (two files joined, or an edited file); one of them would be dropped silently.") from None
+    except RecursionError:
+        raise NcclTestsFormatError(f"{path}: JSON nested too deeply to be an nccl-tests -J file.") from None
+    if not isinstance(doc, dict) or "results" not in doc or "config" not in doc:
+        raise NcclTestsFormatError(f"{path}: JSON without 'config' and 'results': not an nccl-tests -J file.")
+    return doc
+
+
+def _config(j: "_Json", cfg: dict, run: TestRun) -> None:
+    """The run's settings and devices from the file's ``config`` (and the options on its command line)."""
+    path = j.path
     run.nthreads = j.int(cfg, "nthreads", "config", 1, MAX_THREADS_OR_GPUS)
     run.ngpus = j.int(cfg, "ngpus", "config", 1, MAX_THREADS_OR_GPUS)
     run.min_bytes = cfg.get("minimum_bytes")
@@ -67,21 +118,6 @@ def parse_json(path: Path, text: str) -> TestRun:
     # One entry per process (nccl-tests parses the first device line of each process).
     run.world_size = bounded_int(len(devices) * run.nthreads * run.ngpus, "world size (devices x nthreads x ngpus)",
                                  f"{path}: config", 1, MAX_RANKS)
-    for i, r in enumerate(j.get(doc, "results", list, "")):
-        run.lines.append(_json_line(j, r, f"results[{i}]", run))
-    errors = doc.get("errors")
-    run.errors = [str(e) for e in errors] if isinstance(errors, list) else []
-    avg = doc.get("average_bus_bandwidth")
-    if not isinstance(avg, dict) or "bandwidth" not in avg:
-        said = f" nccl-tests reported: {'; '.join(run.errors)}" if any(run.errors) else ""
-        raise NcclTestsFormatError(
-            f"{path}: no 'average_bus_bandwidth' after {len(run.lines)} result(s): the run did not "
-            f"finish.{said}")
-    run.avg_busbw_gbps = j.float(avg, "bandwidth", "average_bus_bandwidth")
-    oob = doc.get("out_of_bounds")
-    run.out_of_bounds = (j.int(oob, "count", "out_of_bounds", 0, MAX_ITERS)
-                         if isinstance(oob, dict) and "count" in oob else None)
-    return run
 
 
 class _Json:
