@@ -67,6 +67,8 @@ def read(run_dir: Path, case_id: str, rank: int) -> dict:
     for i, step in enumerate(doc["steps"]):
         if not (isinstance(step, list) and len(step) == 2 and all(_finite(v) for v in step)):
             raise RunFolderError(f"{where}: step {i} is not [start_us, end_us]")
+        if step[1] < step[0]:
+            raise RunFolderError(f"{where}: step {i} ends ({step[1]:g} us) before it starts ({step[0]:g} us)")
     for i, iv in enumerate(doc["intervals"]):
         if not (isinstance(iv, dict) and iv.get("kind") in KINDS and _finite(iv.get("start_us"))
                 and _finite(iv.get("end_us")) and iv["end_us"] >= iv["start_us"]):

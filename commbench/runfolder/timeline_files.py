@@ -121,10 +121,29 @@ def load_timeline(run_dir: Path, warn: Warn | None = None):
             raise RunFolderError(f"{path}:{lines[i]}: column {col}: {preview(df[col].iloc[i])} is not "
                                  f"{'an integer' if integer else 'a finite number'}")
         df[col] = num.astype(int) if integer else num
+    _check_spans(path, df, lines)
     for col in ("case_id", "host", "source"):
         if col in df.columns:
             df[col] = df[col].fillna("").astype(str)
     return df
+
+
+def _check_spans(path: Path, df, lines: list[int]) -> None:
+    """An iteration ends after it starts, and a kernel span is a time (0 or more): a drawing of
+    anything else would show a span of 0 us (or a negative one) as if it had been measured."""
+    import numpy as np
+
+    backwards = (df["end_us"] < df["start_us"]).to_numpy()
+    if backwards.any():
+        i = int(backwards.nonzero()[0][0])
+        raise RunFolderError(f"{path}:{lines[i]}: end_us {df['end_us'].iloc[i]:g} is before start_us "
+                             f"{df['start_us'].iloc[i]:g}: the file is damaged or not commbench's")
+    if "kernel_us" in df.columns:
+        negative = np.nan_to_num(df["kernel_us"].to_numpy(dtype=float), nan=0.0) < 0
+        if negative.any():
+            i = int(negative.nonzero()[0][0])
+            raise RunFolderError(f"{path}:{lines[i]}: kernel_us {df['kernel_us'].iloc[i]:g} is negative: "
+                                 "the file is damaged or not commbench's")
 
 
 def load_case_lines(run_dir: Path, warn: Warn | None = None) -> dict[str, dict]:
