@@ -28,6 +28,27 @@ from rich.table import Column, Table
 
 from .units import format_size
 
+# The headline of a group of rows is read the same way in the end-of-run table and in the report's
+# Summary (commbench.analysis.report.tables.summary): small-message latency is the median time at
+# the largest size up to SMALL_MESSAGE_BYTES (else the smallest size), one row per op, backend,
+# variant and each of SPLIT_COLUMNS whose value varies in the run.
+SMALL_MESSAGE_BYTES = 1024
+SPLIT_COLUMNS = ("dtype", "world_size", "in_place", "timing")
+
+
+def small_message_pick(sizes) -> int:
+    """Position in ``sizes`` of the row small-message latency is read at."""
+    sizes = [float(x) for x in sizes]
+    small = [i for i, x in enumerate(sizes) if x <= SMALL_MESSAGE_BYTES]
+    if small:
+        return max(small, key=lambda i: sizes[i])
+    return min(range(len(sizes)), key=lambda i: sizes[i])
+
+
+def split_columns(df) -> list[str]:
+    """The SPLIT_COLUMNS of ``df`` whose value varies."""
+    return [c for c in SPLIT_COLUMNS if c in df.columns and df[c].astype(str).nunique() > 1]
+
 
 def make_console(stderr: bool = False) -> Console:
     """A console that writes colour and live displays only to a terminal (and never with NO_COLOR).
@@ -291,7 +312,7 @@ def _group_headline(ok) -> tuple[str, str]:
     best = f"{busbw.max():.2f} GB/s" if busbw is not None else "-"
     if times is None:
         return best, "-"
-    small = ok.loc[ok["size_bytes"].astype(float).idxmin()]
+    small = ok.iloc[small_message_pick(ok["size_bytes"].tolist())]
     return best, f"{us(float(small['time_us']))} @ {format_size(int(small['size_bytes']))}"
 
 
@@ -307,20 +328,23 @@ def print_summary(console: Console | None, df, run_dir: Path, plots: list,
         return
     console.print(f"{df['suite'].iloc[0]}: {len(df)} rows", markup=False, highlight=False)
     table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0))
-    groups = list(df.groupby(["op", "backend", "variant"], sort=False))
+    split = split_columns(df)
+    groups = list(df.groupby(["op", "backend", "variant", *split], sort=False))
     name_column(table, "op", [k[0] for k, _ in groups])
     name_column(table, "backend", [k[1] for k, _ in groups])
     with_variant = df["variant"].astype(str).nunique() > 1 or str(df["variant"].iloc[0]) != "default"
     if with_variant:
         name_column(table, "variant", [k[2] for k, _ in groups])
+    for i, col in enumerate(split):
+        name_column(table, col, [str(k[3 + i]) for k, _ in groups])
     for col in ("sizes", "ok", "best", "detail"):
         table.add_column(col, justify="right", no_wrap=True)
-    for (op, backend, variant), g in groups:
+    for (op, backend, variant, *parts), g in groups:
         ok = g[g["status"] == "ok"]
         best, detail = _group_headline(ok) if len(ok) else ("-", "-")
         lo, hi = format_size(int(g["size_bytes"].min())), format_size(int(g["size_bytes"].max()))
         sizes = lo if lo == hi else f"{lo}-{hi}"
-        cells = [str(op), str(backend), *([str(variant)] if with_variant else []), sizes,
+        cells = [str(op), str(backend), *([str(variant)] if with_variant else []), *map(str, parts), sizes,
                  f"{len(ok)}/{len(g)}", best, detail]
         table.add_row(*cells)
     console.print(table)

@@ -7,13 +7,14 @@ import shlex
 import pandas as pd
 
 from commbench.sysinfo.machine import is_secret
+from commbench.ui import SMALL_MESSAGE_BYTES, small_message_pick, split_columns  # noqa: F401 (sections read it here)
 from commbench.units import format_size
 
 # A point is unstable when its p90 is more than this factor above its median:
 # the median then hides a tail a user would feel (pyperf warns at std > 10% of the mean).
 UNSTABLE_P90_OVER_MEDIAN = 1.25
-# "Small message" latency is read at the largest measured size up to this many bytes.
-SMALL_MESSAGE_BYTES = 1024
+# "Small message" latency: the largest measured size up to SMALL_MESSAGE_BYTES (commbench.ui
+# holds the rule, so the end-of-run table reads the same row).
 GROUP = ["op", "backend", "variant"]
 META_KEYS = ("suite", "started_utc", "finished_utc", "command", "commbench_version",
              "git_revision", "hostname", "hosts", "os", "gpus", "driver", "cuda", "cuda_driver",
@@ -27,10 +28,7 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 
 def _group_cols(df: pd.DataFrame, with_run: bool) -> list[str]:
     cols = (["run"] if with_run and "run" in df.columns else []) + [c for c in GROUP if c in df.columns]
-    for extra in ("dtype", "world_size", "in_place", "timing"):
-        if extra in df.columns and df[extra].astype(str).nunique() > 1:
-            cols.append(extra)
-    return cols
+    return cols + split_columns(df)
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -44,10 +42,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         best = g.loc[g["busbw_gbps"].idxmax()] if g["busbw_gbps"].notna().any() else None
         rec["best_busbw_gbps"] = round(float(best["busbw_gbps"]), 2) if best is not None else None
         rec["at_size"] = format_size(int(best["size_bytes"])) if best is not None else ""
-        small = g[g["size_bytes"] <= SMALL_MESSAGE_BYTES]
-        if small.empty:
-            small = g[g["size_bytes"] == g["size_bytes"].min()]
-        row = small.loc[small["size_bytes"].idxmax()]
+        row = g.iloc[small_message_pick(g["size_bytes"].tolist())]
         rec["small_msg_time_us"] = round(float(row["time_us"]), 2)
         rec["small_msg_size"] = format_size(int(row["size_bytes"]))
         rec["points_ok"] = len(g)
