@@ -154,6 +154,9 @@ def _open_lock_file(path: Path) -> int:
         if exc.errno == errno.ELOOP:
             raise RunFolderBusy(f"{path} is a symbolic link: commbench never follows links inside a run "
                                 f"folder; remove it") from None
+        if exc.errno == errno.EISDIR:
+            raise RunFolderBusy(f"the lock file {path} is a folder, not the file commbench keeps there: "
+                                f"remove it (rmdir) and run again") from None
         raise
 
 
