@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from commbench.placement.search_plan import SETTINGS, Outcome, SearchPlanner
 from .outcome import Verdict
+from .search_record import check_search_records
 
 
 def replay(record: dict) -> tuple[dict | None, str]:
@@ -33,8 +34,10 @@ def replay(record: dict) -> tuple[dict | None, str]:
     return planner.summary(), ""
 
 
-def search_checks(meta: dict) -> list[Verdict]:
-    """Verdicts of every search the run holds (none for a run without one)."""
+def search_checks(meta: dict, where: str = "run.json") -> list[Verdict]:
+    """Verdicts of every search the run holds (none for a run without one); a damaged record is a
+    RunFolderError naming ``where`` (run.json's path) and its key (search_record.py)."""
+    check_search_records(meta, where)
     out = []
     for record in meta.get("searches") or []:
         if not isinstance(record, dict):
