@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,7 @@ from ..safety import EXPECTED_VAR, KILL_SWITCHES, launch_env
 
 STARTUP_GRACE_S = 60.0  # process start, MPI init and imports before the first Case
 KILL_GRACE_S = 5.0      # a killed launch's launcher gets this long to stop its daemons and ranks
+PRTE_TMPDIR_VAR = "PRTE_MCA_prte_tmpdir_base"   # where Open MPI 5's prterun keeps its session directory
 POLL_S = 0.1            # progress events and timeouts are looked at this often; an exit ends the wait
 
 
@@ -69,6 +72,10 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
     env[PARENT_VAR] = parent_token()   # the ranks exit when this process is gone (launch/lifeline.py)
     # marks every process of this attempt, and is the only attempt of the launch allowed to write
     env[ATTEMPT_VAR] = marker = attempt_value(task["launch_id"], task["attempt"])
+    # Open MPI 5's session directory (its PMIx sockets) in a folder of this attempt's own: one left by
+    # a killed prterun would make a later prterun that gets the same pid fail to start its listener
+    session_dir = tempfile.mkdtemp(prefix=f"commbench-launch{task['launch_id']}-")
+    env.setdefault(PRTE_TMPDIR_VAR, session_dir)
     forwarded = sorted(set(variant_env) | set(KILL_SWITCHES) | {"COMMBENCH_RUN_DIR", "COMMBENCH_LOG_DIR",
                                                                          EXPECTED_VAR, PARENT_VAR, ATTEMPT_VAR})
     argv = launcher_argv(task["ranks"], task["ranks_per_node"], forwarded, tuple(task.get("hosts", ()))) + [
@@ -98,6 +105,7 @@ def run_launch(run_dir: Path, task: dict, variant_env: dict[str, str], timeouts:
             raise
         finally:
             _settle_tree(run_dir, task["launch_id"], proc, marker, log)
+            shutil.rmtree(session_dir, ignore_errors=True)
     rc = proc.poll()
     crashed = current if (timed_out is None and rc not in (0, None)) else None
     return LaunchOutcome(rc, timed_out, crashed, started, finished, time.time() - t0, task["attempt"])
