@@ -80,17 +80,23 @@ def slow_from_samples(samples: pd.DataFrame, ok_case_ids=None,
     s = samples
     if ok_case_ids is not None:
         s = s[s["case_id"].isin(set(map(str, ok_case_ids)))]
+    # Cases and hosts as integer codes: 2 M samples are grouped by numbers, not hashed as strings again
+    case_codes, _cases = pd.factorize(s["case_id"])
+    host_codes, host_names = pd.factorize(s["host"])
+    s = pd.DataFrame({"case_id": case_codes, "host": host_codes, "rank": s["rank"].to_numpy(),
+                      "gpu": s["gpu"].to_numpy(), "time_us": s["time_us"].to_numpy()})
     frames = []
-    if s["host"].nunique() >= 2:
+    if len(host_names) >= 2:
         hosts = _level_stats(s, "host", settings)
         if not hosts.empty:
+            hosts["host"] = host_names[hosts["host"].to_numpy()]
             hosts.insert(0, "level", "host")
             frames.append(hosts.rename(columns={"host": "name"}))
     if s["rank"].nunique() >= 2:
         ranks = _level_stats(s, "rank", settings)
         if not ranks.empty:
             where = s.drop_duplicates("rank").set_index("rank")
-            ranks["name"] = [f"rank {r} ({where.at[r, 'host']} gpu {where.at[r, 'gpu']})"
+            ranks["name"] = [f"rank {r} ({host_names[where.at[r, 'host']]} gpu {where.at[r, 'gpu']})"
                              for r in ranks["rank"]]
             ranks.insert(0, "level", "rank")
             frames.append(ranks.drop(columns=["rank"]))
