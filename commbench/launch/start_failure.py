@@ -26,6 +26,8 @@ START_FAILURES: tuple[tuple[str, str, str], ...] = (
      "help-errmgr-base.txt [failed-daemon]"),
     (r"A daemon died unexpectedly .*while attempting", "Open MPI 4 (ORTE), 5 (PRRTE)",
      "help-plm-base.txt [daemon-died-no-signal], [daemon-died-signal]"),
+    (r"The PMIx server's listener thread failed to start", "Open MPI 5 (PRRTE, PMIx)",
+     "PMIx help-pmix-server.txt: prterun could not open its listener socket (its session directory)"),
     (r"srun returned non-zero exit status \(\d+\) from launching", "Open MPI 5 (PRRTE) under Slurm",
      "help-plm-slurm.txt [srun-failed]"),
     (r"one of the processes terminated badly; aborting", "MPICH / Hydra",
