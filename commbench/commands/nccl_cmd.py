@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from ..analysis.nccl_tests.options import OPTIONS
+from ..errors import CommbenchError
+from .nccl_errors import in_flag_terms
 
 
 def _nccl_tests_option(name: str, dest: str, **kw):
@@ -70,8 +72,12 @@ def nccl_cmd(op: str, quiet: bool, out: Path | None, **options):
         click.echo(table_of(folder.latest_rows(), args, folder.read_meta().get("links")))
 
     with tempfile.TemporaryDirectory(prefix="commbench-quick-") as tmp:
-        suite = load(write_suite(args, Path(tmp)), {}, None, None)
-        with stopping_cleanly(resume_hint=""):
-            run_dir = execute(suite, out, quiet=quiet,
-                              finish=lambda folder, console: finish(folder, console, show=show))
+        suite_path = write_suite(args, Path(tmp))
+        try:   # the suite is the options written down: its problems are told as the flags'
+            suite = load(suite_path, {}, None, None)
+            with stopping_cleanly(resume_hint=""):
+                run_dir = execute(suite, out, quiet=quiet,
+                                  finish=lambda folder, console: finish(folder, console, show=show))
+        except CommbenchError as exc:
+            raise in_flag_terms(exc, suite_path) from None
     raise SystemExit(print_verdict([run_dir], run_dir))
