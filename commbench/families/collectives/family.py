@@ -99,88 +99,22 @@ class Collectives(Family):
         return case.backend in ("nccl", "torch_nccl")   # gloo and mpi run on host memory
 
     def setup(self, case: Case, ctx: RankContext) -> CollectiveState:
-        from ...comm import buffers
-
         world = ctx.world
         n, rank = world.size, world.rank
         layout, count, size_bytes = shape(case, n, rank)
         in_place = bool(case.param("in_place"))
         rop = case.param("reduce_op", "sum")
-        stream, native, nccl = None, None, None
-        if case.backend in ("nccl", "torch_nccl"):
-            import torch
-
-            if not ctx.device.startswith("cuda"):
-                raise SkipCase("nccl backend needs a GPU; none is visible to this rank")
-            clash = nccl_identity_clash(world, ctx.device)   # ranks sharing a GPU: own NCCL_HOSTID each
-            if clash:
-                raise SkipCase(clash)
-            if case.backend == "nccl":
-                from ...comm import nccl as nccl_comm, nccl_enqueue
-
-                nccl_comm.communicator(ctx)   # loads libnccl (or skips the Case without one)
-                missing = nccl_enqueue.unavailable(case.op)   # an op newer than this NCCL
-                if missing:
-                    raise SkipCase(missing)
-            device = ctx.device
-            # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with
-            # the legacy default stream; torch_nccl: the framework's current stream
-            stream = torch.cuda.Stream() if case.backend == "nccl" else torch.cuda.current_stream()
-        else:   # mpi: numpy arrays, so a rank with host MPI Cases only never imports torch
-            device = buffers.NUMPY if case.backend == "mpi" else "cpu"
+        device, stream = _device_and_stream(case, ctx)
         native_loop = case.backend == "nccl" and case.param("timed_loop", "native") == "native"
-        span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)) if native_loop else 0
-        offset = int(case.param("offset_bytes", 0))
-        registration, alloc = None, None
-        register = case.param("register", "none")
-        if case.backend == "nccl" and register != "none":
-            from ...comm.registration import Registration
-
-            registration = Registration(register, nccl_comm.communicator(ctx), device)
-            alloc = registration.alloc_bytes
-        try:
-            if layout is not None:
-                from ...comm import alltoallv
-
-                bufs = alltoallv.allocate(layout, rank, case.dtype, device, span, offset, alloc)
-            else:
-                bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place, span, offset, alloc)
-            if registration is not None:
-                import torch
-
-                torch.cuda.synchronize()
-                registration.register(bufs.allocations)   # SkipCase (memory released) on a refusal
-        except BaseException:
-            if registration is not None:
-                registration.close()
-            raise
+        bufs, registration = _allocate(case, ctx, device, layout, count, in_place, native_loop)
         if stream is not None:
             import torch
 
             torch.cuda.synchronize()  # inputs were written on the current stream; ops run on `stream`
-        if case.backend == "nccl":
-            # one native entry (kernels/nccl_enqueue.cu) for the timed loop, the Python loop and the check
-            nccl = nccl_enqueue.NcclCall(case.op, bufs, nccl_comm.communicator(ctx), n, rank, case.dtype, rop)
-            runner = nccl.enqueue
-            if native_loop:
-                from ...measure.native_loop import NativeOp
-
-                native = NativeOp(fn=nccl.native_fn, arg=nccl.arg, describe=nccl.describe, keep=nccl.native_keep)
-        elif case.backend == "mpi":
-            from ...comm import mpi_data
-
-            if in_place and case.op == "reduce_scatter":
-                bufs.result = bufs.send[:count]
-            runner = mpi_data.make_runner(case.op, bufs, mpi_data.data_comm(ctx), n, rank, in_place, rop)
-        else:
-            from ...comm import torch_ops
-            from ...comm.process_group import process_group
-
-            process_group(ctx)
-            runner = torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop)
+        runner, nccl, native = _runner(case, ctx, bufs, count, in_place, rop, native_loop)
         extra = {"reduce_op": rop if OPS[case.op].reduces else ""}
         if case.backend == "nccl":
-            extra["registered"] = register   # what NCCL accepted (a refusal is a skipped row)
+            extra["registered"] = case.param("register", "none")   # what NCCL accepted (a refusal is a skipped row)
         if native_loop:
             extra["buffer_rotations"] = bufs.steps
         if nccl is not None and OPS[case.op].nccl_fallback:   # which of the op's two forms ran
@@ -281,3 +215,92 @@ def _busiest_elements(case: Case, n: int) -> int:
 
 
 FAMILY = Collectives()
+
+
+def _device_and_stream(case: Case, ctx: RankContext):
+    """(where the buffers live, the stream the op runs on: None for host backends). Skips the Case
+    where its backend cannot run on this rank (no GPU, a GPU shared without its own NCCL host id,
+    no NCCL library, an op newer than this NCCL)."""
+    from ...comm import buffers
+
+    if case.backend not in ("nccl", "torch_nccl"):   # mpi: numpy arrays (a rank with host MPI Cases
+        return (buffers.NUMPY if case.backend == "mpi" else "cpu"), None   # only never imports torch)
+    import torch
+
+    if not ctx.device.startswith("cuda"):
+        raise SkipCase("nccl backend needs a GPU; none is visible to this rank")
+    clash = nccl_identity_clash(ctx.world, ctx.device)   # ranks sharing a GPU: own NCCL_HOSTID each
+    if clash:
+        raise SkipCase(clash)
+    if case.backend == "nccl":
+        from ...comm import nccl as nccl_comm, nccl_enqueue
+
+        nccl_comm.communicator(ctx)   # loads libnccl (or skips the Case without one)
+        missing = nccl_enqueue.unavailable(case.op)   # an op newer than this NCCL
+        if missing:
+            raise SkipCase(missing)
+    # nccl: a stream of its own (non-blocking, as nccl-tests), so ops never serialise with the legacy
+    # default stream; torch_nccl: the framework's current stream
+    return ctx.device, (torch.cuda.Stream() if case.backend == "nccl" else torch.cuda.current_stream())
+
+
+def _allocate(case: Case, ctx: RankContext, device, layout, count: int, in_place: bool, native_loop: bool):
+    """(the Case's buffers, their NCCL registration or None); a refused registration skips the Case
+    with its memory released."""
+    from ...comm import buffers
+
+    n, rank = ctx.world.size, ctx.world.rank
+    span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)) if native_loop else 0
+    offset = int(case.param("offset_bytes", 0))
+    registration, alloc = None, None
+    register = case.param("register", "none")
+    if case.backend == "nccl" and register != "none":
+        from ...comm import nccl as nccl_comm
+        from ...comm.registration import Registration
+
+        registration = Registration(register, nccl_comm.communicator(ctx), device)
+        alloc = registration.alloc_bytes
+    try:
+        if layout is not None:
+            from ...comm import alltoallv
+
+            bufs = alltoallv.allocate(layout, rank, case.dtype, device, span, offset, alloc)
+        else:
+            bufs = buffers.allocate(case.op, count, n, rank, case.dtype, device, in_place, span, offset, alloc)
+        if registration is not None:
+            import torch
+
+            torch.cuda.synchronize()
+            registration.register(bufs.allocations)   # SkipCase (memory released) on a refusal
+    except BaseException:
+        if registration is not None:
+            registration.close()
+        raise
+    return bufs, registration
+
+
+def _runner(case: Case, ctx: RankContext, bufs, count: int, in_place: bool, rop: str, native_loop: bool):
+    """(what enqueues one op, the NCCL call or None, the native timed loop's entry or None)."""
+    n, rank = ctx.world.size, ctx.world.rank
+    if case.backend == "nccl":
+        from ...comm import nccl as nccl_comm, nccl_enqueue
+
+        # one native entry (kernels/nccl_enqueue.cu) for the timed loop, the Python loop and the check
+        nccl = nccl_enqueue.NcclCall(case.op, bufs, nccl_comm.communicator(ctx), n, rank, case.dtype, rop)
+        native = None
+        if native_loop:
+            from ...measure.native_loop import NativeOp
+
+            native = NativeOp(fn=nccl.native_fn, arg=nccl.arg, describe=nccl.describe, keep=nccl.native_keep)
+        return nccl.enqueue, nccl, native
+    if case.backend == "mpi":
+        from ...comm import mpi_data
+
+        if in_place and case.op == "reduce_scatter":
+            bufs.result = bufs.send[:count]
+        return mpi_data.make_runner(case.op, bufs, mpi_data.data_comm(ctx), n, rank, in_place, rop), None, None
+    from ...comm import torch_ops
+    from ...comm.process_group import process_group
+
+    process_group(ctx)
+    return torch_ops.make_runner(case.op, bufs, n, rank, in_place, rop), None, None
