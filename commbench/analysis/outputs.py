@@ -47,3 +47,18 @@ def check_writable(path: Path, option: str) -> None:
                              f"pick another {option}")
     if not os.access(parent, os.W_OK):
         raise CommbenchError(f"cannot write {path}: {parent} is not writable; pick another {option}")
+
+
+def write_text_whole(path: Path, text: str, option: str) -> None:
+    """``path`` written whole or not at all: a twin beside it, then renamed into place (as the
+    reports are), so a full disk leaves the previous file (or none), never a cut or empty one.
+    A failure is a one-line error naming ``option``."""
+    from ..errors import RunFolderError
+    from ..runfolder import files
+
+    path = Path(path)
+    with writing(path, option):
+        try:
+            files.replace_whole(path.parent, path.name, text.encode("utf-8"))
+        except RunFolderError as exc:   # a name no file may have
+            raise CommbenchError(f"cannot write {path}: {exc}; pick another {option}") from None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ..analysis.outputs import check_writable, twin_paths, write_both, writing
+from ..analysis.outputs import check_writable, twin_paths, write_both, write_text_whole
 from ..errors import CommbenchError
 from .options import load, overrides_of, price_options, share_gpu_option, suite_options
 
@@ -46,7 +46,7 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
     Exit status: 0 every check passed, 1 a check failed, 2 bad input (or a suite that cannot run
     here; with --junit, the JUnit file then holds one testcase in error saying why).
     """
-    from ..analysis.accept.junit import junit_error_xml
+    from ..analysis.accept.junit import junit_error_xml, write_junit
     from ..analysis.accept.verdict_json import error_json
     from ..launch.preflight import PreflightFailed
     from ..runfolder import is_run_folder
@@ -74,16 +74,14 @@ def accept_cmd(target: Path, rules_path: Path | None, baseline: Path | None, jun
         if junit_path is not None:
             from ..analysis.accept.preflight_junit import preflight_junit_xml
 
-            with writing(junit_path, "--junit"):
-                junit_path.write_text(preflight_junit_xml(exc.preflight, Path(target).stem))
+            write_junit(junit_path, preflight_junit_xml(exc.preflight, Path(target).stem))
             click.echo(f"wrote {junit_path}", err=True)
         _write_json(json_path, error_json(target, str(exc), 1))
         click.echo(f"FAIL: {exc}", err=True)
         sys.exit(1)
     except CommbenchError as exc:
         if junit_path is not None:   # CI gets a report that says why, not a missing file
-            with writing(junit_path, "--junit"):
-                junit_path.write_text(junit_error_xml(Path(target).stem, str(exc)))
+            write_junit(junit_path, junit_error_xml(Path(target).stem, str(exc)))
             click.echo(f"wrote {junit_path} (one error: the acceptance could not be judged)", err=True)
         _write_json(json_path, error_json(target, str(exc), getattr(exc, "exit_code", 2)))
         raise
@@ -155,7 +153,7 @@ def _run_suite(target: Path, overrides: dict, max_cases, max_ranks, share_gpu: b
 def _judge(run_dir: Path, ruleset, base_run, out: Path | None, junit_path: Path | None,
            json_path: Path | None = None) -> int:
     """Evaluate the rules on the stored run; print the table, write the report (and JUnit)."""
-    from ..analysis.accept.junit import junit_xml
+    from ..analysis.accept.junit import junit_xml, write_junit
     from ..analysis.accept.verdict import accept_document, evaluate, machine_warnings, verdict_table
     from ..analysis.accept.verdict_json import verdict_json
     from ..analysis.text_table import terminal_width, text_table
@@ -169,8 +167,7 @@ def _judge(run_dir: Path, ruleset, base_run, out: Path | None, junit_path: Path 
                                     out or run_dir / "accept.html")
     click.echo(f"wrote {html_path} and {md_path}", err=err)
     if junit_path is not None:
-        with writing(junit_path, "--junit"):
-            junit_path.write_text(junit_xml(verdicts, ruleset.path.stem, warnings))
+        write_junit(junit_path, junit_xml(verdicts, ruleset.path.stem, warnings))
         click.echo(f"wrote {junit_path}", err=err)
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
@@ -191,6 +188,5 @@ def _write_json(path: Path | None, data: dict) -> None:
     if str(path) == "-":
         click.echo(text)
         return
-    with writing(path, "--json"):
-        path.write_text(text + "\n")
+    write_text_whole(path, text + "\n", "--json")   # whole or not at all, as --junit
     click.echo(f"wrote {path}", err=True)

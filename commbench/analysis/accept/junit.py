@@ -40,3 +40,11 @@ def junit_error_xml(suite_name: str, message: str) -> str:
     first = message.strip().splitlines()[0] if message.strip() else "error"
     ET.SubElement(case, "error", message=first, type="bad input").text = message
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_junit(path, xml_text: str) -> None:
+    """The JUnit file written whole or not at all (a full disk never leaves a 0-byte or cut XML that
+    CI would read as no tests); a failure names --junit."""
+    from commbench.analysis.outputs import write_text_whole
+
+    write_text_whole(path, xml_text, "--junit")
