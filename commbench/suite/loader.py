@@ -9,6 +9,7 @@ from pathlib import Path
 from ..families.base import Case
 from ..safety import KILL_SWITCHES, active_kill_switches
 from .check_key import with_check
+from .bench_keys import name_problem
 from .expand import expand_bench
 from .launches import Launch, group_launches, keep_only
 from .limits import SuiteLimits
@@ -58,6 +59,8 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
     if not isinstance(name, str) or not name.strip():
         err.add(raw.line_of("name"), "name", "required: a non-empty string")
         name = path.stem
+    elif name_problem(name):   # the suite's name names the run folder
+        err.add(raw.line_of("name"), "name", name_problem(name))
     defaults = raw.get("defaults", LineDict())
     if not isinstance(defaults, LineDict):
         err.add(raw.line_of("defaults"), "defaults", "must be a mapping")

@@ -91,3 +91,13 @@ def test_validate_accepts_a_merge_then_override(tmp_path):
     result = CliRunner().invoke(cli, ["validate", str(path)])
     assert result.exit_code == 0, result.output
     assert [c.backend for c in load_suite(path, gpu_count=0).cases] == ["mpi"]
+
+
+@pytest.mark.parametrize("name", ['"q\\x1b]0;x\\x07"', '"two\\nlines"'])
+def test_a_control_character_in_the_suite_name_is_refused_before_a_folder_exists(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, f"name: {name}\nbenchmarks:\n{BENCH}")
+    for args in (["validate", str(path)], ["run", str(path), "--dry-run"], ["run", str(path), "--quiet"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2 and "s.yaml:1: name:" in result.output and "control character" in result.output
+    assert not (tmp_path / "results").exists()
