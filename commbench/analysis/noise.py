@@ -38,6 +38,7 @@ DETECT_POWER = 0.99            # noise_pct: the change detected with this probab
 TAIL_DOF = 6                   # Student t degrees of freedom of run-to-run shifts (heavy tails)
 CORRECTIONS = ("holm", "bh", "none")
 MIRROR_Q = 0.2                 # level of the mirror test (a false discovery rate: mirror_selected)
+FIXED_POINT_STEPS = 3          # _neighbour_scale: steps to place the median without a curve
 BLOCKS = 64                    # neighbour windows per width of the window (see _neighbour_scale)
 
 
@@ -190,8 +191,8 @@ def _neighbour_scale(d: np.ndarray, s: np.ndarray, k: np.ndarray, curves: list) 
     The points are sorted by log s once; the points of one block of BLOCKS consecutive ranks share
     one window of ranks centred on the block, holding ``width`` points plus those of the curves
     found in the block; a point's own curve is then left out of the window's median by rank
-    arithmetic (with x of the removed values below the median, the rest's median is the window's
-    value of rank (rest - 1) / 2 + x).
+    arithmetic (with x of the removed values below it, the rest's median is the window's value of
+    rank (rest - 1) / 2 + x; x is found by a few fixed-point steps).
     O(n log n): sorting, one sort per block, and counts per curve."""
     n = len(d)
     width = max(MIN_POINTS_FOR_NULL, math.ceil(n * NEIGHBOUR_SHARE))
@@ -208,14 +209,20 @@ def _neighbour_scale(d: np.ndarray, s: np.ndarray, k: np.ndarray, curves: list) 
         start = min(max(0, lo + len(block) // 2 - span // 2), n - span)
         window = order[start:start + span]
         vals = np.sort(dev[window])
-        mid = vals[(span - 1) // 2]
-        below = np.bincount(curve_of[window], weights=(dev[window] < mid), minlength=len(sizes))
         inside = np.bincount(curve_of[window], minlength=len(sizes))
-        x, inn = below[curve_of[block]], inside[curve_of[block]]
+        inn = inside[curve_of[block]]
         left = span - inn
         # the median of the window without the point's own curve: rank (left - 1) / 2 among the
-        # rest, x of the removed values lying below it; (almost) one curve: every point counts
-        med_rank = np.where(left < MIN_POINTS_FOR_NULL, (span - 1) / 2.0, (left - 1) / 2.0 + x)
+        # rest, so rank (left - 1) / 2 + x in the window, x = own values below it; x is found by
+        # a few fixed-point steps from the window's median
+        target = np.full(len(block), (span - 1) / 2.0)
+        thr = np.full(len(sizes), np.inf)
+        for _ in range(FIXED_POINT_STEPS):
+            thr[curve_of[block]] = vals[np.clip(np.round(target).astype(int), 0, span - 1)]
+            below = np.bincount(curve_of[window], weights=dev[window] < thr[curve_of[window]],
+                                minlength=len(sizes))
+            target = (left - 1) / 2.0 + below[curve_of[block]]
+        med_rank = np.where(left < MIN_POINTS_FOR_NULL, (span - 1) / 2.0, target)
         lo_r = np.clip(np.floor(med_rank).astype(int), 0, span - 1)
         hi_r = np.clip(np.ceil(med_rank).astype(int), 0, span - 1)
         out[block] = MAD_TO_SIGMA * 0.5 * (vals[lo_r] + vals[hi_r]) * k[block]
