@@ -198,5 +198,6 @@ def _judged(view: RunHealth, rules: HealthRules) -> list[Verdict]:
         problems = bad[host]
         shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
         out.append(Verdict(f"bad node {host} (health)", "node", False, f"{len(problems)} problem(s)",
-                           "healthy GPUs", shown, "GPU health"))
+                           "healthy GPUs", shown, "GPU health", level="node", names=(host,),
+                           numbers={"problems": len(problems)}))
     return out
