@@ -22,6 +22,7 @@ from commbench.families.base import Case
 from commbench.measure.memory import GIB
 
 NO_GPU = not torch.cuda.is_available()
+pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 LOW, HIGH, SLACK_BYTES = 0.9, 1.5, 1 << 30
 
