@@ -61,14 +61,7 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
         name = path.stem
     elif name_problem(name):   # the suite's name names the run folder
         err.add(raw.line_of("name"), "name", name_problem(name))
-    defaults = raw.get("defaults", LineDict())
-    if not isinstance(defaults, LineDict):
-        err.add(raw.line_of("defaults"), "defaults", "must be a mapping")
-        defaults = LineDict()
-    else:
-        for key in defaults:
-            if ALIASES.get(key, key) not in COMMON_KEYS:
-                err.add(defaults.line_of(key), f"defaults.{key}", "unknown key")
+    defaults = _defaults(raw, err)
     benches = raw.get("benchmarks")
     if not isinstance(benches, LineList) or not benches:
         err.add(raw.line_of("benchmarks"), "benchmarks", "required: a non-empty list of benchmarks")
@@ -95,6 +88,18 @@ def load_suite(path: Path | str, *, gpu_count: int | None = None,
     if only:
         keep_only(suite, list(only))
     return suite
+
+
+def _defaults(raw: LineDict, err: SuiteErrors) -> LineDict:
+    """The suite's `defaults:` mapping, its keys checked (an empty one when it is not a mapping)."""
+    defaults = raw.get("defaults", LineDict())
+    if not isinstance(defaults, LineDict):
+        err.add(raw.line_of("defaults"), "defaults", "must be a mapping")
+        return LineDict()
+    for key in defaults:
+        if ALIASES.get(key, key) not in COMMON_KEYS:
+            err.add(defaults.line_of(key), f"defaults.{key}", "unknown key")
+    return defaults
 
 
 def label_held_switches(case: Case) -> Case:
