@@ -13,9 +13,10 @@ import traceback
 from pathlib import Path
 
 from . import metrics
+from .comm.agree import run_on_every_rank
+from .comm.context import RankContext
 from .errors import SkipCase, StorageFull
 from .families import get_family
-from .comm.context import RankContext
 from .families.base import Case
 from . import safety
 from .runfolder import step_timelines, timeline_files
@@ -34,23 +35,24 @@ class _PhaseFailed(Exception):
         self.status, self.reason = status, reason
 
 
-def _agree(world: World, fn, undo=None):
-    """Run fn on every rank; if any rank raised, every rank raises the same _PhaseFailed.
+def _outcome(exc: Exception) -> tuple[str, str]:
+    """(status, reason) of a phase that raised on this rank: a SkipCase skips the Case, anything
+    else fails it (its traceback goes to the launch log)."""
+    if isinstance(exc, SkipCase):
+        return "skipped", str(exc)
+    traceback.print_exception(exc)
+    return "failed", f"{type(exc).__name__}: {exc}"
 
-    ``undo(result)`` releases what fn built on a rank that succeeded while another failed."""
-    result, outcome = None, ("ok", "")
-    try:
-        result = fn()
-    except SkipCase as exc:
-        outcome = ("skipped", str(exc))
-    except Exception as exc:  # noqa: BLE001 - any failure becomes a failed row, the run goes on
-        outcome = ("failed", f"{type(exc).__name__}: {exc}")
-        traceback.print_exc()
-    outcomes = world.allgather(outcome)
-    for rank, (status, reason) in enumerate(outcomes):
-        if status != "ok":
-            if result is not None and undo is not None:
-                undo(result)
+
+def _agree(world: World, fn, undo=None):
+    """Run fn on every rank; if any rank raised, every rank raises the same _PhaseFailed naming the
+    first rank that did (comm/agree.py). ``undo(result)`` releases what fn built on a rank that
+    succeeded while another failed."""
+    result, err, outcomes = run_on_every_rank(world, fn, _outcome, undo)
+    del err   # it is in the outcomes; its traceback would keep the failed phase's frames (and buffers)
+    for rank, outcome in enumerate(outcomes):
+        if outcome is not None:
+            status, reason = outcome
             raise _PhaseFailed(status, f"rank {rank}: {reason}" if world.size > 1 else reason)
     return result
 
@@ -163,6 +165,15 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     _teardown(fam, state, budget)
     if not world.is_root:
         return row, []
+    return _root_row(case, ctx, fam, row, gathered, mode, wrong, extra, from_time)
+
+
+def _root_row(case: Case, ctx: RankContext, fam, row: dict, gathered: list, mode: str, wrong: int,
+              extra: dict, from_time) -> tuple[dict, list[dict]]:
+    """Rank 0: the Case's row (statistics over the slowest rank per iteration, bandwidths, the
+    profiler's and the family's columns, the check's verdicts) and its per-rank samples, from what
+    every rank gathered (rank, host, device, times, profile report, sample columns, timeline, bits)."""
+    world = ctx.world
     profiled = _profile_columns(case, [g[4] for g in gathered], ctx)
     per_iter = metrics.reduce_ranks([g[3] for g in gathered], case.param("rank_time", "max"))
     stats = metrics.summarize(per_iter)

@@ -13,25 +13,40 @@ class RanksDisagree(CommbenchError):
     """Another rank failed, or the ranks hold different values where they must hold one."""
 
 
+def run_on_every_rank(group, fn, outcome_of, undo=None):
+    """The one agreement step: run ``fn`` on this rank and learn every rank's outcome.
+
+    Returns (fn's result, this rank's exception or None, every rank's outcome): ``outcome_of(exc)``
+    turns an exception into what the ranks exchange (None when fn returned). ``undo(result)``
+    releases what succeeded here when another rank failed."""
+    try:
+        out, err = fn(), None
+    except Exception as exc:  # noqa: BLE001 - the caller re-raises, on every rank
+        out, err = None, exc
+    try:
+        outcomes = group.allgather(None if err is None else outcome_of(err))
+        if err is None and any(o is not None for o in outcomes) and undo is not None:
+            undo(out)
+            out = None
+        return out, err, outcomes
+    finally:   # this frame, in err's traceback, would hold err: a cycle that kept a failed
+        err = out = None   # set-up's frames (and its device buffers) until gc ran
+
+
 def agree(group, fn, what: str, undo=None):
     """Run ``fn`` on this rank; raise on every rank if it failed on any.
 
     The failing rank raises its own error, the others RanksDisagree naming it;
     ``undo(result)`` releases what succeeded here when another rank failed.
     """
-    try:
-        out, err = fn(), None
-    except Exception as exc:  # noqa: BLE001 - re-raised below, on every rank
-        out, err = None, exc
-    failed = [r for r, ok in enumerate(group.allgather(err is None)) if not ok]
+    out, err, outcomes = run_on_every_rank(group, fn, lambda _exc: "failed", undo)
     if err is not None:
         try:
             raise err
         finally:   # this frame, in err's traceback, would hold err: a cycle that kept a failed
             err = out = None   # set-up's frames (and its device buffers) until gc ran
+    failed = [r for r, o in enumerate(outcomes) if o is not None]
     if failed:
-        if undo is not None:
-            undo(out)
         raise RanksDisagree(f"{what} failed on rank(s) {failed} (see the launch log)")
     return out
 

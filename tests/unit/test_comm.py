@@ -20,15 +20,15 @@ class TwoRanks:
 def test_agree_raises_on_every_rank_and_undoes_local_success():
     undone = []
     with pytest.raises(RanksDisagree, match=r"allocating failed on rank\(s\) \[1\]"):
-        agree(TwoRanks(False), lambda: "buf", "allocating", undo=undone.append)
+        agree(TwoRanks("failed"), lambda: "buf", "allocating", undo=undone.append)
     assert undone == ["buf"]
 
     def boom():
         raise RuntimeError("local failure")
 
     with pytest.raises(RuntimeError, match="local failure"):   # the failing rank sees its own error
-        agree(TwoRanks(True), boom, "allocating")
-    assert agree(TwoRanks(True), lambda: 7, "allocating") == 7
+        agree(TwoRanks(None), boom, "allocating")
+    assert agree(TwoRanks(None), lambda: 7, "allocating") == 7   # None: rank 1 succeeded
 
 
 def test_same_everywhere_refuses_a_difference_on_every_rank():
