@@ -64,7 +64,13 @@ def test_compare_takes_a_reference_and_weighs_noise_by_your_samples(tmp_path):
     same = CliRunner().invoke(compare_cmd, [str(ref), str(_yours(tmp_path / "a", ref)), "--fail-above", "5"])
     assert same.exit_code == 0, same.output
     assert "PASS" in same.output
-    slow = CliRunner().invoke(compare_cmd, [str(ref), str(_yours(tmp_path / "b", ref, {("all_reduce", 1 << 30): 2.0})),
+    # one size 2x slower, one run a side: a Case's whole-run state would look the same (docs/report.md)
+    one = CliRunner().invoke(compare_cmd, [str(ref), str(_yours(tmp_path / "b", ref, {("all_reduce", 1 << 30): 2.0})),
+                                           "--fail-above", "5"])
+    assert one.exit_code == 3 and "INCONCLUSIVE" in one.output, one.output
+    sizes = {(op, int(size)) for op, size in pd.read_csv(ref / "results.csv")[["op", "size_bytes"]].values
+             if op == "all_reduce"}
+    slow = CliRunner().invoke(compare_cmd, [str(ref), str(_yours(tmp_path / "c", ref, dict.fromkeys(sizes, 2.0))),
                                             "--fail-above", "5"])
     assert slow.exit_code == 1, slow.output
     assert "failing points" in slow.output and "all_reduce" in slow.output.split("failing points")[1]
