@@ -153,14 +153,18 @@ def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
         shared = [rehearsal.ranks_per_gpu(v) for v in _column(frame, rehearsal.COLUMN, None)]
         bounds = _bounds(frame, (run.meta or {}).get("links"))
         cases = [str(v) for v in _column(frame, "case_id", "")]
-        for r, key in enumerate(zip(*key_cols)):
+        per_case = [spreads.get(c, (math.nan, 0)) for c in cases]
+        rows = zip(zip(*key_cols), statuses, times, busbw, per_case, shared, bounds)
+        for key, status, time_us, bw, (spread, count), sh, bound in rows:
             pt = points.get(key)
             if pt is None:
+                if nruns == 1:   # the common case at fleet size: build the point at once
+                    points[key] = _SidePoint([status], [time_us], [bw], [spread], [count], [sh], [bound])
+                    continue
                 pt = points[key] = _SidePoint(["missing"] * nruns, [math.nan] * nruns, [math.nan] * nruns,
                                               [math.nan] * nruns, [0] * nruns, [0] * nruns, [math.nan] * nruns)
-            spread, count = spreads.get(cases[r], (math.nan, 0))
-            pt.statuses[i], pt.times_us[i], pt.busbw[i] = statuses[r], times[r], busbw[r]
-            pt.spreads[i], pt.counts[i], pt.shared[i], pt.bounds[i] = spread, count, shared[r], bounds[r]
+            pt.statuses[i], pt.times_us[i], pt.busbw[i] = status, time_us, bw
+            pt.spreads[i], pt.counts[i], pt.shared[i], pt.bounds[i] = spread, count, sh, bound
     return points
 
 
