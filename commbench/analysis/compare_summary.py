@@ -110,13 +110,16 @@ def terminal_summary(points: pd.DataFrame, settings: CompareSettings,
         return ["no points to compare"]
     table = summarize(points).rename(columns={"gmean_time_ratio": "time", "gmean_busbw_ratio": "busbw"})
     table = table.drop(columns=["unstable", *(v for v in VERDICTS if not table[v].any())])
-    prose = ["time, busbw: geometric mean of the NEW/BASE ratios over the points compared.",
-             noise_note(points, settings)]
+    prose = ["time, busbw: geometric mean of the NEW/BASE ratios over the points compared."]
     unstable = int(points["unstable"].sum())
     if unstable:
         prose.append(f"{unstable} of {len(points)} points unstable (samples or repeats spread over "
                      f"{UNSTABLE_PCT:g}%).")
-    lines = [text_table(table), *(textwrap.fill(p, WIDTH) for p in prose)]
+    tested = int(points["p_value"].notna().sum()) if "p_value" in points else 0
+    rules = legend(settings.threshold_pct, settings.alpha, settings.correction, tested)
+    lines = [text_table(table), textwrap.fill(prose[0], WIDTH), "verdicts, the first rule that holds:",
+             *(textwrap.fill(r, WIDTH, initial_indent="  ", subsequent_indent="     ") for r in rules),
+             *(textwrap.fill(p, WIDTH) for p in prose[1:])]
     worse = points[points["verdict"] == "worse"].sort_values("change_pct", ascending=False)
     title = "worse"
     if fail_above_pct is not None:
