@@ -1,20 +1,24 @@
 """The compare report's figure: per op, the time ratio NEW/BASE against size, one line per curve
 (backend, variant, ...), each point coloured by its verdict, with the curve's noise band (the ratios
-within its noise floor: 1/(1 + floor) to 1 + floor) shaded behind it."""
+within its noise floor: 1/(1 + floor) to 1 + floor) shaded behind it. Imported only when a compare
+report is written (matplotlib)."""
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from .compare_rule import CANT_TELL, PLAUSIBLE_EFFECT_PCT
+from .report.plots import _size_axis, figure_png, plt
 
 COLOURS = {"worse": "#c62828", "better": "#2e7d32", "unchanged": "#757575", CANT_TELL: "#ef6c00"}
 MOST_CURVES = 10     # per panel; the rest (least changed first) are counted in the title
 PANELS_PER_ROW = 3
 CAP = 1.0 + PLAUSIBLE_EFFECT_PCT / 100.0   # the y axis and bands stop at a 10x change
 CURVE_COLUMNS = ("backend", "variant", "dtype", "in_place", "timing", "world_size")
+RATIO_TICKS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 def _curve_name(key: tuple, cols: list[str]) -> str:
@@ -32,14 +36,17 @@ def _panel(ax, g: pd.DataFrame, cols: list[str]) -> int:
         y = np.clip(c["time_ratio"].astype(float).to_numpy(), 1 / CAP, CAP)
         floor = np.clip(1.0 + c["noise_pct"].astype(float).fillna(np.inf).to_numpy() / 100.0, 1.0, CAP)
         line, = ax.plot(x, y, lw=1, label=_curve_name(key if isinstance(key, tuple) else (key,), cols))
-        ax.fill_between(x, 1 / floor, floor, color=line.get_color(), alpha=0.12, lw=0)
+        ax.fill_between(x, 1 / floor, floor, color=line.get_color(), alpha=0.08, lw=0)
         for verdict, colour in COLOURS.items():
             sel = (c["verdict"] == verdict).to_numpy()
             if sel.any():
                 ax.scatter(x[sel], y[sel], s=18, color=colour, zorder=3)
     ax.axhline(1.0, color="black", lw=0.6)
-    ax.set_xscale("log", base=2)
+    _size_axis(ax, [int(x) for x in g["size_bytes"]])
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(FixedLocator(RATIO_TICKS))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}x"))
     ax.set_ylim(1 / CAP / 1.1, CAP * 1.1)
     return max(0, len(curves) - MOST_CURVES)
 
@@ -49,7 +56,6 @@ def ratio_figure_png(points: pd.DataFrame) -> bytes | None:
     pts = points[pd.to_numeric(points["time_ratio"], errors="coerce") > 0] if "time_ratio" in points else points
     if pts.empty or "size_bytes" not in pts:
         return None
-    from .report.plots import figure_png, plt
 
     cols = [c for c in CURVE_COLUMNS if c in pts.columns and pts[c].astype(str).nunique() > 1] or \
         [c for c in ("backend",) if c in pts.columns]
