@@ -1,6 +1,7 @@
 """Accept rules on GPU health (the ``health:`` part of a rules file; docs/accept.md, "Health").
 
-Judged per GPU and launch from health.jsonl (analysis/health_view.py): no new double-bit ECC
+Judged per GPU and launch from health.jsonl (analysis/health_view.py; the judgement itself, pure, is
+sysinfo/health_judge.py, which the search shares): no new double-bit ECC
 errors, no uncorrectable, pending or failed row remapping, no XID from the site's list, the PCIe
 link at its maximum generation and width, and time throttled (the reasons listed) under a share of
 the launch. A node with a GPU that fails any of them is named ``bad node HOST (health)``, whatever
@@ -12,35 +13,16 @@ the key, a run without GPU records fails ("not judged"): the gate was asked for 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import CommbenchError, RunFolderError, preview
-from ..health_view import GpuLaunch, RunHealth, delta, dig, run_health, seen_max
-from ...sysinfo.health import is_available
+from ..health_view import RunHealth, run_health
+from ...sysinfo.health_judge import DEFAULT_THROTTLE, DEFAULT_XIDS, THROTTLE_REASONS, HealthRules, failing_gpus, \
+    gpu_problems
 from .outcome import Verdict
 
-# XIDs that mean the GPU, its memory, its firmware or its links failed (not the application), from
-# NVIDIA's Xid catalog (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html; the
-# index of the Xid pages: https://docs.nvidia.com/deploy/xid-errors/index.html). docs/accept.md
-# lists them with what each means; a site replaces the list with `xids:`.
-DEFAULT_XIDS = {
-    48: "double-bit ECC error (DBE) in GPU memory",
-    62: "internal micro-controller halt (GPU firmware)",
-    63: "ECC page retirement or row remapping recorded: the GPU needs a reset to use the spare row",
-    64: "ECC page retirement or row remapping could not be recorded",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus (no longer reachable over PCIe)",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error (the application using the memory was stopped; a reset recovers it)",
-    95: "uncontained ECC error (every application on the GPU is affected; reset needed)",
-    119: "GSP RPC timeout (the GPU System Processor did not answer the driver)",
-    120: "GSP error (the GPU System Processor's firmware reported an error)",
-    140: "unrecovered ECC error",
-    154: "GPU recovery action changed: the driver asks for a GPU reset or a node reboot",
-}
-THROTTLE_REASONS = ("sw_power_cap", "sync_boost", "sw_thermal", "hw_thermal", "hw_power_brake")
-DEFAULT_THROTTLE = ("sw_thermal", "hw_thermal", "hw_power_brake")
+__all__ = ["DEFAULT_THROTTLE", "DEFAULT_XIDS", "THROTTLE_REASONS", "HealthRules", "HealthRulesError", "gpu_problems",
+           "health_verdicts", "parse_health"]
 KEYS = {"max_new_double_bit": "an integer >= 0", "max_uncorrectable_rows": "an integer >= 0",
         "fail_pending_rows": "true or false", "xids": "a list of XID numbers",
         "pcie_at_max": "true or false", "max_throttled_pct": "a number >= 0 (percent of the launch)",
@@ -49,18 +31,6 @@ KEYS = {"max_new_double_bit": "an integer >= 0", "max_uncorrectable_rows": "an i
 
 class HealthRulesError(CommbenchError):
     """A malformed ``health:`` part: the message names the file, line and field."""
-
-
-@dataclass(frozen=True)
-class HealthRules:
-    explicit: bool = False                 # `health:` written in the rules (a run with no records fails)
-    max_new_double_bit: int = 0            # new double-bit errors per GPU per launch
-    max_uncorrectable_rows: int = 0        # rows remapped for uncorrectable errors, per GPU, at the end
-    fail_pending_rows: bool = True         # a remapping waiting for a reset (or one that failed) fails
-    xids: tuple[int, ...] = tuple(DEFAULT_XIDS)
-    pcie_at_max: bool = True
-    max_throttled_pct: float = 1.0
-    throttle_reasons: tuple[str, ...] = DEFAULT_THROTTLE
 
 
 def parse_health(settings, path: Path) -> HealthRules | None:
@@ -114,56 +84,6 @@ def _fail(path: Path, line: int, field_name: str, msg: str) -> HealthRulesError:
     return HealthRulesError(f"{path}:{line}: field '{preview(field_name, 80, quote=False)}': {msg}")
 
 
-def gpu_problems(g: GpuLaunch, rules: HealthRules) -> list[str]:
-    """Why this GPU fails over this launch (empty: it passes)."""
-    out = []
-    dbe = delta(g, "ecc.volatile_dbe")
-    if not is_available(dbe):
-        dbe = delta(g, "ecc.aggregate_dbe")
-    dbe_events = sum(1 for e in g.events if e.get("event") == "double_bit_ecc")
-    new_dbe = max(dbe if is_available(dbe) else 0, dbe_events)
-    if new_dbe > rules.max_new_double_bit:
-        out.append(f"{new_dbe} new double-bit ECC error(s) (limit {rules.max_new_double_bit})")
-    rows = dig(g.end or g.start, "remapped_rows")
-    if isinstance(rows, dict):
-        if int(rows.get("uncorrectable", 0)) > rules.max_uncorrectable_rows:
-            out.append(f"{rows['uncorrectable']} row(s) remapped for uncorrectable errors "
-                       f"(limit {rules.max_uncorrectable_rows})")
-        if rules.fail_pending_rows and rows.get("pending"):
-            out.append("a row remapping is pending (the GPU needs a reset)")
-        if rules.fail_pending_rows and rows.get("failure"):
-            out.append("a row remapping failed")
-    for xid in sorted(set(g.xids())):
-        if xid in rules.xids:
-            out.append(f"XID {xid} ({DEFAULT_XIDS.get(xid, 'on the site list')})")
-    if rules.pcie_at_max:
-        out += _pcie_problems(g)
-    if g.duration_s and rules.max_throttled_pct is not None:
-        out += _throttle_problems(g, rules)
-    return out
-
-
-def _pcie_problems(g: GpuLaunch) -> list[str]:
-    out = []
-    for what, key, during, limit in (("generation", "gen", "pcie_gen_max", "gen_max"),
-                                     ("width", "width", "pcie_width_max", "width_max")):
-        seen, top = seen_max(g, key, during), dig(g.end or g.start, f"pcie.{limit}")
-        if is_available(seen) and is_available(top) and isinstance(top, int) and seen < top:
-            label = f"Gen{seen} (max Gen{top})" if key == "gen" else f"x{seen} (max x{top})"
-            out.append(f"PCIe link trained down: {what} {label}")
-    return out
-
-
-def _throttle_problems(g: GpuLaunch, rules: HealthRules) -> list[str]:
-    held = {r: delta(g, f"throttle_ns.{r}") for r in rules.throttle_reasons}
-    total_ns = sum(v for v in held.values() if is_available(v) and v > 0)
-    pct = 100.0 * total_ns / (g.duration_s * 1e9)
-    if pct <= rules.max_throttled_pct:
-        return []
-    parts = ", ".join(f"{r} {v / 1e6:.0f} ms" for r, v in held.items() if is_available(v) and v > 0)
-    return [f"throttled {pct:.1f}% of the launch ({parts}; limit {rules.max_throttled_pct:g}%)"]
-
-
 def health_verdicts(run, rules: HealthRules | None) -> list[Verdict]:
     """The health summary verdict and one ``bad node HOST (health)`` per failing node."""
     if rules is None:
@@ -182,10 +102,7 @@ def health_verdicts(run, rules: HealthRules | None) -> list[Verdict]:
 
 
 def _judged(view: RunHealth, rules: HealthRules) -> list[Verdict]:
-    bad: dict[str, list[str]] = {}
-    for g in view.gpus:
-        for problem in gpu_problems(g, rules):
-            bad.setdefault(g.host, []).append(f"GPU {g.gpu} launch {g.launch_id}: {problem}")
+    bad = failing_gpus(view, rules)
     hosts = sorted({g.host for g in view.gpus})
     n_gpus = len({(g.host, g.gpu) for g in view.gpus})
     unseen = rules.explicit and bool(view.no_nvml)   # asked for, and some nodes could not be seen
