@@ -20,7 +20,7 @@ from .group import GroupContext, launch_record, run_group
 from .preflight import check_preflight, enforce, record_preflight
 from .prepare import close_meta, open_meta, prepare_folder, record_unsupported, write_plan
 from .rank_records import merge_rank_records
-from .search_run import run_search
+from .search_run import health_of_folder, run_search
 from .waves import WaveState, pending_waves, plan_waves, run_wave, waves_on
 
 # What the caller does with a stored run before the folder is released (plots, summary, report).
@@ -133,7 +133,7 @@ class Run:
         folder = self.folder
         return run_search(launch, templates, next_id, run_one_wave,
                           lambda ids: [r for r in folder.latest_rows() if r.get("case_id") in ids], record,
-                          samples_of=lambda: load_samples(folder.path))
+                          samples_of=lambda: load_samples(folder.path), health_of=health_of_folder(folder.path))
 
     def _records(self, launches: list, index: int, extra: dict | None) -> list[dict]:
         records = []

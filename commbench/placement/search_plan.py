@@ -15,6 +15,12 @@ this one planner, so the three name the same parts from the same outcomes.
 4. each suspect paired with a node already proven good, a different one each time, until it
    passes once (cleared) or fails ``confirmations`` times (named).
 
+A node that fails GPU health (the ``unhealthy`` hosts ``observe()`` is told after a wave: an XID, a
+new double-bit ECC error, a PCIe link trained down, ...; judged by sysinfo/health_judge.py) is named
+"bad" at once, without a confirming wave, and leaves the search: no later wave places it, and a
+group that failed with it in it blames none of its other members (the failure is explained; a
+failing group of four or more is still halved without it, so a second bad part there is found).
+
 A node is proven good once it passed in a group of two or more (a pass judged on speed against
 its peers: ``Outcome.proven``). A failing pair whose two nodes are both proven good elsewhere is
 tried again, and named as a link after failing LINK_TRIES times in a row. Confidence: a node that
@@ -57,6 +63,7 @@ class Finding:
     nodes: Group
     confidence: str   # bad | suspect
     evidence: str
+    cause: str = ""   # "health": named for its GPU health records, not for its timings
 
 
 @dataclass
@@ -67,6 +74,8 @@ class _Node:
     partners_tried: set = field(default_factory=set)
     confirm_fails: int = 0
     alone_fails: int = 0
+    health: str = ""                        # why it fails GPU health ("": it does not, or nothing said so)
+    health_wave: tuple = ()                 # (wave, phase) in which it did
 
 
 class SearchPlanner:
@@ -108,12 +117,12 @@ class SearchPlanner:
 
     def _plan(self) -> list[Group] | None:
         """A wave for the current phase; [] moves on to the next phase, None ends the search."""
-        healthy = [n for n in self.nodes if self.state[n].alone_ok]
+        healthy = [n for n in self.nodes if self.state[n].alone_ok and not self.state[n].health]
         if self._phase == "alone":
             return [(n,) for n in self.nodes]
         if self._phase == "again":   # a node that failed alone once more: one failure may be a flake
-            again = [(n,) for n in self.nodes
-                     if self.state[n].alone_ok is False and self.state[n].alone_fails < ALONE_TRIES]
+            again = [(n,) for n in self.nodes if self.state[n].alone_ok is False and not self.state[n].health
+                     and self.state[n].alone_fails < ALONE_TRIES]
             if not again:
                 self._phase = "match"
             return again
@@ -137,7 +146,7 @@ class SearchPlanner:
         return self._confirm_wave()
 
     def _confirm_wave(self) -> list[Group] | None:
-        good = [n for n in self.nodes if self.state[n].good]
+        good = [n for n in self.nodes if self.state[n].good and not self.state[n].health]
         pending = [n for n in self.suspects() if self.state[n].confirm_fails < self.confirmations]
         wave, used = [], set()
         self._suspect_wave = True
@@ -156,8 +165,9 @@ class SearchPlanner:
         return wave or None
 
     # -- observing ----------------------------------------------------------------------------
-    def observe(self, results: dict) -> None:
-        """Results of the last wave: group -> Outcome (or a bool, pass/fail)."""
+    def observe(self, results: dict, unhealthy: dict[str, str] | None = None) -> None:
+        """Results of the last wave: group -> Outcome (or a bool, pass/fail); ``unhealthy``: host ->
+        why it failed GPU health in this wave's launches (named at once, out of the search)."""
         if self._wave is None:
             raise RuntimeError("no wave is in flight")
         wave, self._wave = self._wave, None
@@ -167,6 +177,7 @@ class SearchPlanner:
         out = {tuple(g): r if isinstance(r, Outcome) else Outcome(bool(r)) for g, r in results.items()}
         self.waves += 1
         self.launches += len(wave)
+        self._observe_health(unhealthy or {})
         if self._phase in ("alone", "again"):
             self._observe_alone(out)
             self._phase = "again"
@@ -180,6 +191,9 @@ class SearchPlanner:
                 for n in g:
                     self.state[n].good |= o.proven
                 continue
+            if any(self.state[n].health for n in g):   # explained: no partner blamed; halve the rest
+                failing.append(tuple(n for n in g if not self.state[n].health))
+                continue
             failing.append(g)
             for n in g:
                 self.state[n].failed_groups.append(g)
@@ -191,6 +205,12 @@ class SearchPlanner:
         if self._phase in ("groups", "halves"):
             self._failing = failing
 
+    def _observe_health(self, unhealthy: dict[str, str]) -> None:
+        for host, why in unhealthy.items():
+            st = self.state.get(str(host))
+            if st is not None and not st.health:
+                st.health, st.health_wave = str(why) or "fails GPU health", (self.waves, self.phase)
+
     def _observe_alone(self, out: dict[Group, Outcome]) -> None:
         if self._phase == "alone":   # GPUs compared across the whole first wave, where healthy ones are the majority
             gpu = pd.Series({(g[0], i): v for g, o in out.items() for i, v in enumerate(o.gpu_values)},
@@ -201,7 +221,7 @@ class SearchPlanner:
             node = g[0]
             self.state[node].alone_ok = o.passed
             self.state[node].alone_fails += not o.passed
-            if o.passed or self.state[node].alone_fails < ALONE_TRIES:
+            if o.passed or self.state[node].alone_fails < ALONE_TRIES or self.state[node].health:
                 continue
             slow = [i for (n, i), zv in z.items() if n == node and zv <= -self.gpu_z_threshold]
             if slow and len(slow) < sum(1 for (n, _i) in z.index if n == node):
@@ -215,11 +235,11 @@ class SearchPlanner:
     # -- naming -------------------------------------------------------------------------------
     def suspects(self) -> list[str]:
         """Nodes that passed alone, failed in a group, and are not proven good."""
-        return [n for n in self.nodes
-                if self.state[n].alone_ok and self.state[n].failed_groups and not self.state[n].good]
+        return [n for n in self.nodes if self.state[n].alone_ok and self.state[n].failed_groups
+                and not self.state[n].good and not self.state[n].health]
 
     def findings(self) -> list[Finding]:
-        out = list(self.findings_alone)
+        out = self._health_findings() + list(self.findings_alone)
         for n in self.suspects():
             st = self.state[n]
             mine = {p: all(oks) for p, oks in self.pair_results.items() if n in p}
@@ -239,10 +259,21 @@ class SearchPlanner:
                                    "with other partners"))
         return out
 
+    def _health_findings(self) -> list[Finding]:
+        out = []
+        for n in self.nodes:
+            st = self.state[n]
+            if st.health:
+                wave, phase = st.health_wave
+                out.append(Finding("node", n, (n,), "bad", f"fails GPU health in wave {wave} ({phase}), named "
+                                                           f"without a confirming wave: {st.health}", cause="health"))
+        return out
+
     def _cleared_failing_pairs(self) -> list[Group]:
         """Failing pairs whose two nodes are both proven good elsewhere (alone-bad nodes excluded)."""
         return sorted(p for p, oks in self.pair_results.items()
-                      if not all(oks) and all(self.state[n].good and self.state[n].alone_ok for n in p))
+                      if not all(oks) and all(self.state[n].good and self.state[n].alone_ok
+                                              and not self.state[n].health for n in p))
 
     def summary(self) -> dict:
         found = self.findings()

@@ -5,6 +5,10 @@ The replay feeds the planner (placement/search_plan.py) each stored wave's outco
 asks for must be the ones stored (same seed, same outcomes), else the record does not belong to
 this planner and the check fails with the reason. A search the run did not finish (interrupted)
 fails too: its names would be half made.
+
+A node the search named for its GPU health (a wave's ``unhealthy``: judged as the wave ended, named
+without a confirming wave) is the check ``bad node HOST (health)``, as accept's own health rules
+name it (analysis/accept/health_rules.py); verdict.py keeps one check of that name.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ def replay(record: dict) -> tuple[dict | None, str]:
                 return None, f"search wave {stored.get('wave')}: the stored groups are not the planner's"
             planner.observe({tuple(g["hosts"]): Outcome(bool(g["passed"]), tuple(g.get("gpu_values", ())),
                                                         bool(g.get("proven", True)))
-                             for g in stored["groups"]})
+                             for g in stored["groups"]}, dict(stored.get("unhealthy") or {}))
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         return None, f"run.json's search record is damaged ({exc})"
     if not record.get("done") or planner.next_wave() is not None:
@@ -76,7 +80,24 @@ def search_verdicts(summary: dict, reasons: dict | None = None) -> list[Verdict]
     for f in found:
         seen = [why for group, why in (reasons or {}).items() if set(f.nodes) <= set(group)]
         evidence = f.evidence + (f"; last failure: {seen[-1]}" if seen else "")
-        out.append(Verdict(f"{f.confidence} {f.level} {f.name}", "node", False, f.confidence,
-                           "passes alone and in groups", evidence, "host groups", level=f.level,
+        cause = f" ({f.cause})" if getattr(f, "cause", "") else ""
+        out.append(Verdict(f"{f.confidence} {f.level} {f.name}{cause}", "node", False, f.confidence,
+                           "healthy GPUs" if cause else "passes alone and in groups", evidence,
+                           "GPU health" if cause else "host groups", level=f.level,
                            names=(",".join(f.nodes),) if f.level == "link" else (f.name,)))
     return out
+
+
+def merge_health(search: list[Verdict], health: list[Verdict]) -> list[Verdict]:
+    """The search's verdicts then accept's health verdicts, one check per name: where both name
+    ``bad node HOST (health)``, accept's (its rules, every problem) stays and says the search named
+    it too."""
+    by_name = {v.check: v for v in health}
+    out = []
+    for v in search:
+        twin = by_name.get(v.check)
+        if twin is None:
+            out.append(v)
+        else:
+            twin.reason += f"; the search named it too: {v.reason}"
+    return out + health

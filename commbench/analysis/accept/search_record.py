@@ -30,6 +30,10 @@ def check_search_records(meta: dict, where: str) -> None:
 
 
 def _check_wave(where: str, at: str, wave: dict) -> None:
+    unhealthy = wave.get("unhealthy", {})
+    if not isinstance(unhealthy, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in unhealthy.items()):
+        _damaged(where, f"{at}.unhealthy", unhealthy, "an object of host: why it failed GPU health")
     groups = wave.get("groups")
     _list_of(where, f"{at}.groups", groups, dict, "groups (objects)")
     for g, group in enumerate(groups):

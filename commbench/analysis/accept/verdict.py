@@ -9,7 +9,7 @@ from .node_check import node_verdicts, placement_verdicts, row_verdicts, with_pa
 from .outcome import Verdict
 from .rule_check import evaluate_rule, select
 from .rules import RuleSet, check_columns, with_derived_columns
-from .search_check import search_checks
+from .search_check import merge_health, search_checks
 from commbench.runfolder.reader import Run
 
 
@@ -22,8 +22,8 @@ def evaluate(run: Run, ruleset: RuleSet, baseline: Run | None = None) -> tuple[l
     verdicts += row_verdicts(run, ruleset.require_all_ok)
     nodes, findings = node_verdicts(run, ruleset)
     nodes += placement_verdicts(run, ruleset, baseline)
-    nodes += search_checks(run.meta, str(run.path / "run.json"))   # placement: search (search_check.py)
-    nodes += health_verdicts(run, ruleset.health)   # GPU health, whatever the timings (health_rules.py)
+    nodes += merge_health(search_checks(run.meta, str(run.path / "run.json")),   # placement: search
+                          health_verdicts(run, ruleset.health))   # GPU health, whatever the timings (health_rules.py)
     findings = with_pair_findings(findings, run, ruleset)
     suspects = ", ".join(v.check.split(" ", 2)[2] for v in nodes if v.check.startswith("slow host"))
     if suspects:
