@@ -217,9 +217,10 @@ def compare_runs(base, new, settings: CompareSettings = CompareSettings()) -> pd
         elif any(not (t > 0) for t in pb.times_us + pn.times_us):
             rec["why"] = "no positive time"
         else:
-            comparable.append((rec, pb, pn))
-    _decide(comparable, settings, keys, _busy_single(base_runs, new_runs))
-    return pd.DataFrame(recs)
+            comparable.append((len(recs) - 1, pb, pn))
+    points = pd.DataFrame(recs)
+    _decide(points, comparable, settings, keys, _busy_single(base_runs, new_runs))
+    return points
 
 
 def _busy_single(base_runs: list[Run], new_runs: list[Run]) -> str:
@@ -232,15 +233,21 @@ def _busy_single(base_runs: list[Run], new_runs: list[Run]) -> str:
     return ""
 
 
-def _decide(comparable: list, settings: CompareSettings, keys: list[str], busy_single: str = "") -> None:
-    """Verdicts: points without any noise information by the threshold alone, the rest together."""
+def _decide(points: pd.DataFrame, comparable: list, settings: CompareSettings, keys: list[str],
+            busy_single: str = "") -> None:
+    """Verdicts into ``points``: points without any noise information by the threshold alone, the
+    rest together."""
     known = [c for c in comparable if compare_stats.has_noise_info(c[1], c[2])]
-    compare_stats.threshold_only([c for c in comparable if not compare_stats.has_noise_info(c[1], c[2])],
-                                 settings, _gmean_list)
-    curve_cols = [k for k in keys if k not in ("size_bytes", "case_id")]
-    curves = [tuple(rec.get(k) for k in curve_cols) for rec, _, _ in known]
-    compare_stats.decide(known, settings, _gmean_list, curves, busy_single)
-
+    unknown = [c for c in comparable if not compare_stats.has_noise_info(c[1], c[2])]
+    if unknown:
+        _fill(points, [c[0] for c in unknown],
+              compare_stats.threshold_only([c[1] for c in unknown], [c[2] for c in unknown], settings))
+    if known:
+        curve_cols = [k for k in keys if k not in ("size_bytes", "case_id")]
+        rows = points.iloc[[c[0] for c in known]]
+        curves = list(zip(*(rows[k].tolist() for k in curve_cols))) if curve_cols else [()] * len(known)
+        _fill(points, [c[0] for c in known],
+              compare_stats.decide([c[1] for c in known], [c[2] for c in known], settings, curves, busy_single))
 
 
 def _bound_columns(pb: _SidePoint, pn: _SidePoint) -> dict:
@@ -254,6 +261,19 @@ def _bound_columns(pb: _SidePoint, pn: _SidePoint) -> dict:
             out["bound_gbps"] = round(bound, 2)
     out.setdefault("bound_gbps", math.nan)
     return out
+
+
+def _fill(points: pd.DataFrame, positions: list[int], columns: dict) -> None:
+    """Write each column's values into the rows at ``positions``."""
+    for name, values in columns.items():
+        current = points[name].to_numpy(copy=True)
+        values = np.asarray(values)
+        if current.dtype.kind != values.dtype.kind:
+            current = current.astype(object)
+        current[positions] = values
+        points[name] = current
+        if current.dtype == object and values.dtype.kind in "fb":
+            points[name] = points[name].infer_objects()
 
 
 def regressions(points: pd.DataFrame, fail_above_pct: float) -> pd.DataFrame:

@@ -78,36 +78,47 @@ def has_noise_info(pb, pn) -> bool:
     return any(c >= 3 for c in counts) or len(pb.times_us) > 1 or len(pn.times_us) > 1
 
 
-def _ratios(rec: dict, d: float, pb, pn, gmean) -> None:
-    ratio = math.exp(d)
-    rec["time_ratio"] = round(ratio, 4)
-    bb, bn = gmean(pb.busbw), gmean(pn.busbw)
-    if bb > 0 and bn > 0:
-        rec["busbw_ratio"] = round(bn / bb, 4)
-    rec["change_pct"] = round(100.0 * (ratio - 1.0), 2) if ratio < 1e300 else math.inf
+def _gmean_rows(matrix: np.ndarray) -> np.ndarray:
+    """Per row the geometric mean of its positive finite values (NaN when none)."""
+    with np.errstate(all="ignore"):
+        logs = np.log(np.where((matrix > 0) & np.isfinite(matrix), matrix, np.nan))
+        return np.exp(np.nanmean(logs, axis=1)) if matrix.size else np.full(len(matrix), np.nan)
 
 
-def threshold_only(comparable: list, settings, gmean) -> None:
-    """Points with neither samples nor repeats on either side: the noise is unknown."""
-    for rec, pb, pn in comparable:
-        d = math.log(gmean(pn.times_us) / gmean(pb.times_us))
-        _ratios(rec, d, pb, pn, gmean)
-        verdict, why, _ = judge(Evidence(d=d, floor_log=math.nan, p_adjusted=math.nan, known_noise=False),
-                                settings.threshold_pct, settings.alpha)
-        rec.update(verdict=verdict, why=why)
+def _ratio_columns(d: np.ndarray, pbs, pns) -> dict:
+    ratio = np.exp(np.minimum(d, 700.0))
+    bb, bn = _gmean_rows(_matrix(pbs, "busbw")), _gmean_rows(_matrix(pns, "busbw"))
+    with np.errstate(all="ignore"):
+        busbw = np.where((bb > 0) & (bn > 0), np.round(bn / bb, 4), np.nan)
+    change = np.where(d < 690.0, np.round(100.0 * np.expm1(np.minimum(d, 690.0)), 2), np.inf)
+    return {"time_ratio": np.round(ratio, 4), "busbw_ratio": busbw, "change_pct": change}
 
 
-def decide(comparable: list, settings, gmean, curve_of, busy_single: str = "") -> None:
-    """Fill ratios, noise, p-values and verdicts of the comparable points (all at once: the noise
-    estimate, the correction and the mirror test look at every point)."""
-    if not comparable:
-        return
-    pbs, pns = [c[1] for c in comparable], [c[2] for c in comparable]
+def threshold_only(pbs: list, pns: list, settings) -> dict:
+    """Points with neither samples nor repeats on either side: the noise is unknown. Columns of
+    the points' rows, in their order."""
+    d = np.log(_gmean_rows(_matrix(pns, "times_us")) / _gmean_rows(_matrix(pbs, "times_us")))
+    out = _ratio_columns(d, pbs, pns)
+    judged = [judge(Evidence(d=float(x), floor_log=math.nan, p_adjusted=math.nan, known_noise=False),
+                    settings.threshold_pct, settings.alpha) for x in d]
+    out["verdict"], out["why"] = [j[0] for j in judged], [j[1] for j in judged]
+    return out
+
+
+def _sig3(values) -> np.ndarray:
+    return np.array([float(f"{v:.3g}") for v in values], dtype=float)
+
+
+def decide(pbs: list, pns: list, settings, curve_of, busy_single: str = "") -> dict:
+    """Ratios, noise, p-values and verdicts of the comparable points, as columns of their rows in
+    their order (all at once: the noise estimate, the correction and the mirror test look at every
+    point)."""
+    if not pbs:
+        return {}
     lb, ln = np.log(_matrix(pbs, "times_us")), np.log(_matrix(pns, "times_us"))
     spreads_all = np.hstack([_matrix(pbs, "spreads"), _matrix(pns, "spreads")])
     with np.errstate(all="ignore"):
-        s = np.nanmedian(np.where(np.isfinite(spreads_all), spreads_all, np.nan), axis=1) \
-            if spreads_all.size else np.full(len(comparable), np.nan)
+        s = np.nanmedian(np.where(np.isfinite(spreads_all), spreads_all, np.nan), axis=1)
     known = s[np.isfinite(s)]
     s = np.maximum(noise.SPREAD_FLOOR, np.where(np.isfinite(s), s, float(np.median(known)) if len(known) else 1.0))
     cb, fb = _center(lb)
@@ -125,25 +136,29 @@ def decide(comparable: list, settings, gmean, curve_of, busy_single: str = "") -
     z = np.where(se > 0, d / np.where(se > 0, se, 1.0), 0.0)
     p_raw = [noise.two_sided_p(x) if e > 0 else 1.0 for x, e in zip(z, se)]
     p_adj = noise.adjust(p_raw, settings.correction)
-    z_detect = noise.detect_z(settings.alpha, len(comparable), settings.correction)
+    z_detect = noise.detect_z(settings.alpha, len(pbs), settings.correction)
     single = lb.shape[1] == 1 or ln.shape[1] == 1
     mirrored = noise.mirror_selected(z)
     between = np.maximum(_between_pct(lb), _between_pct(ln))
-    for i, (rec, pb, pn) in enumerate(comparable):
-        _ratios(rec, float(d[i]), pb, pn, gmean)
-        rec["time_base_us"], rec["time_new_us"] = float(np.exp(cb[i])), float(np.exp(cn[i]))
-        floor_log = float(z_detect * se[i])
-        rec["noise_pct"] = round(noise.detectable_pct(se[i], z_detect), 2)
-        rec["noise_shown"] = format_floor(rec["noise_pct"])
-        rec["p_value"], rec["p_adjusted"] = float(f"{p_raw[i]:.3g}"), float(f"{p_adj[i]:.3g}")
-        rec["unstable"] = bool(100.0 * s[i] > UNSTABLE_PCT or between[i] > UNSTABLE_PCT)
-        ev = Evidence(d=float(d[i]), floor_log=floor_log, p_adjusted=p_adj[i], mirrored=bool(mirrored[i]),
+    floor_log = z_detect * se
+    noise_pct = np.where(floor_log < 700, np.round(100.0 * np.expm1(np.minimum(floor_log, 700)), 2), np.inf)
+    unstable = (100.0 * s > UNSTABLE_PCT) | (between > UNSTABLE_PCT)
+    verdicts, whys, repeats = [], [], []
+    for i in range(len(d)):
+        ev = Evidence(d=float(d[i]), floor_log=float(floor_log[i]), p_adjusted=p_adj[i], mirrored=bool(mirrored[i]),
                       scale=float(k[i]), single=single, busy_single=busy_single)
-        rec["verdict"], rec["why"], rec["repeats_to_tell"] = judge(ev, settings.threshold_pct, settings.alpha)
-        if rec["unstable"]:
-            why = f"unstable: spread {100.0 * s[i]:.0f}% within runs" + (
+        verdict, why, need = judge(ev, settings.threshold_pct, settings.alpha)
+        if unstable[i]:
+            note = f"unstable: spread {100.0 * s[i]:.0f}% within runs" + (
                 f", {between[i]:.0f}% between repeats" if between[i] else "")
-            rec["why"] = f"{rec['why']}; {why}" if rec["why"] else why
+            why = f"{why}; {note}" if why else note
+        verdicts.append(verdict)
+        whys.append(why)
+        repeats.append(need)
+    return {**_ratio_columns(d, pbs, pns), "time_base_us": np.exp(cb), "time_new_us": np.exp(cn),
+            "noise_pct": noise_pct, "noise_shown": [format_floor(x) for x in noise_pct],
+            "p_value": _sig3(p_raw), "p_adjusted": _sig3(p_adj), "unstable": unstable,
+            "verdict": verdicts, "why": whys, "repeats_to_tell": np.array(repeats, dtype=float)}
 
 
 def _between_pct(logs: np.ndarray) -> np.ndarray:

@@ -152,8 +152,9 @@ def points_table(g: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
     out["new us"] = [_short(v) for v in g["time_new_us"]]
     out["ratio"] = [_short(v) for v in g["time_ratio"]]
     out["floor"] = [format_floor(float(v)) if v == v else "" for v in g["noise_pct"]]
-    if "pct_of_bound_new" in g and g["pct_of_bound_new"].notna().any():
-        out["% of bound"] = [_short(v) for v in g["pct_of_bound_new"]]
+    for col in ("bound_gbps", "pct_of_bound_base", "pct_of_bound_new"):   # each side's busbw / its ceiling
+        if col in points and points[col].notna().any():
+            out[col] = [_short(v) for v in g[col]]
     if (g["verdict"] == CANT_TELL).any():
         out["repeats"] = [_fmt_repeats(v) for v in g["repeats_to_tell"]]
     out["verdict"] = list(g["verdict"])
