@@ -75,7 +75,7 @@ class _Node:
     confirm_fails: int = 0
     alone_fails: int = 0
     health: str = ""                        # why it fails GPU health ("": it does not, or nothing said so)
-    health_wave: tuple = ()                 # (wave, phase) in which it did
+    health_wave: tuple = ()                 # (wave, phase) in which it did, waves counted from 0
 
 
 class SearchPlanner:
@@ -209,7 +209,7 @@ class SearchPlanner:
         for host, why in unhealthy.items():
             st = self.state.get(str(host))
             if st is not None and not st.health:
-                st.health, st.health_wave = str(why) or "fails GPU health", (self.waves, self.phase)
+                st.health, st.health_wave = str(why) or "fails GPU health", (self.waves - 1, self.phase)
 
     def _observe_alone(self, out: dict[Group, Outcome]) -> None:
         if self._phase == "alone":   # GPUs compared across the whole first wave, where healthy ones are the majority

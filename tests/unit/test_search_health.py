@@ -31,7 +31,7 @@ def test_a_node_failing_health_is_named_in_the_first_wave_and_never_placed_again
     waves = _play(p, lambda g: False, {"h04": "GPU 1 launch 4: XID 79 (GPU has fallen off the bus)"})
     [f] = p.findings()
     assert (f.level, f.name, f.confidence, f.cause) == ("node", "h04", "bad", "health")
-    assert "wave 1 (alone)" in f.evidence and "XID 79" in f.evidence and "without a confirming wave" in f.evidence
+    assert "wave 0 (alone)" in f.evidence and "XID 79" in f.evidence and "without a confirming wave" in f.evidence
     assert not [g for w in waves[1:] for g in w if "h04" in g]   # out of the search after the first wave
     assert p.summary()["bad"] == ["h04"] and not p.summary()["suspect"]
 

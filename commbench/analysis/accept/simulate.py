@@ -8,7 +8,16 @@ group of nodes also over each member's network rate. It passes when that min is 
 (a hang, a crash). ``b`` bad parts, each on a different node: a slow node, a slow GPU or a slow
 network link, at ``bad_rate`` of nominal.
 
-    python -m commbench.analysis.accept.simulate [--seeds 100] [--plot PNG]
+Health faults (``health`` of them, each on a node of its own, none of the slow ones): an XID 79 during
+a launch, a new double-bit ECC error, or a PCIe link trained down to Gen3 x8 (that node is also
+``pcie_rate`` slow: a narrow link shows in its timings). Every launch a faulty node is in stores
+its GPU health records (start, end, the XID event) as a node's rank 0 would; they are judged by
+the real health judgement (sysinfo/health_judge.py) and the hosts that fail are handed to the
+planner, as launch/search_run.py does. The healthy nodes' records are not made (a healthy
+record passes: tests/unit/test_health_accept.py): at 4,096 nodes they would cost more than the
+rest of the simulation. The score says in which wave each health fault was named.
+
+    python -m commbench.analysis.accept.simulate [--seeds 100] [--health 2] [--plot PNG]
 """
 from __future__ import annotations
 
@@ -20,8 +29,10 @@ import numpy as np
 
 from commbench.placement.search_judge import GroupJudge, compared
 from commbench.placement.search_plan import Outcome, SearchPlanner
+from commbench.sysinfo.health_judge import unhealthy_hosts
 
 FAULTS = ("node", "gpu", "network")
+HEALTH_FAULTS = ("xid", "dbe", "pcie")
 SECONDS_PER_WAVE = 15.0   # a wave costs its slowest launch
 
 
@@ -33,13 +44,15 @@ class Fabric:
     net_rate: np.ndarray       # (N,)
     faults: dict[str, str]     # node -> 'node' | 'gpu k' | 'network'
     rng: np.random.Generator
+    health: dict = None        # node -> 'xid' | 'dbe' | 'pcie' (its GPU health records fail)
     noise: float = 0.02
     floor: float = 0.85
     flake: float = 0.001
 
 
 def make_fabric(n_nodes: int, bad: int, seed: int, gpus: int = 8, spread: float = 0.01,
-                bad_rate: tuple[float, float] = (0.4, 0.75), **kw) -> Fabric:
+                bad_rate: tuple[float, float] = (0.4, 0.75), health: int = 0, pcie_rate: float = 0.7,
+                **kw) -> Fabric:
     rng = np.random.default_rng(seed)
     nodes = [f"n{i:04d}" for i in range(n_nodes)]
     gpu = 1.0 + spread * rng.standard_normal((n_nodes, gpus))
@@ -57,7 +70,41 @@ def make_fabric(n_nodes: int, bad: int, seed: int, gpus: int = 8, spread: float 
         else:
             net[i] = rate
         faults[nodes[i]] = kind
-    return Fabric(nodes, gpu, intra, net, faults, rng, **kw)
+    sick = {}
+    if health:
+        free = [i for i in range(n_nodes) if nodes[i] not in faults]
+        for i in rng.choice(free, size=min(health, len(free)), replace=False):
+            sick[nodes[i]] = HEALTH_FAULTS[rng.integers(len(HEALTH_FAULTS))]
+            if sick[nodes[i]] == "pcie":
+                intra[i] *= pcie_rate
+    return Fabric(nodes, gpu, intra, net, faults, rng, health=sick, **kw)
+
+
+def health_records(node: str, fault: str, launch_id: int, gpus: int = 2) -> list[dict]:
+    """The health.jsonl records one launch on ``node`` stores (start and end per GPU, events), with
+    ``fault`` on its GPU 1: as health.jsonl's schema (docs/results.md) has them."""
+    out = []
+    for g in range(gpus):
+        hit = g == 1
+        for phase, t in (("start", 0.0), ("end", 60.0)):
+            gen, width = (3, 8) if hit and fault == "pcie" else (5, 16)
+            dbe = 1 if hit and fault == "dbe" and phase == "end" else 0
+            out.append({"phase": phase, "host": node, "launch_id": launch_id, "attempt": 0, "gpu": g, "t": t,
+                        "ecc": {"volatile_dbe": dbe, "aggregate_dbe": dbe, "volatile_sbe": 0},
+                        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+                        "pcie": {"gen": gen, "width": width, "gen_max": 5, "width_max": 16},
+                        "throttle_ns": {r: 0 for r in ("sw_thermal", "hw_thermal", "hw_power_brake")}})
+        if hit and fault == "xid":
+            out.append({"phase": "event", "host": node, "launch_id": launch_id, "attempt": 0, "gpu": g, "t": 30.0,
+                        "event": "xid", "xid": 79, "data": 79})
+    return out
+
+
+def wave_health(fab: Fabric, wave: list[tuple[str, ...]], first_launch: int) -> dict[str, str]:
+    """The hosts of this wave whose stored health records fail, judged as a real search judges them."""
+    records = [r for j, g in enumerate(wave) for n in g if n in (fab.health or {})
+               for r in health_records(n, fab.health[n], first_launch + j)]
+    return unhealthy_hosts(records) if records else {}
 
 
 def play_wave(fab: Fabric, wave: list[tuple[str, ...]], index: dict[str, int], judge=None) -> dict:
@@ -94,7 +141,12 @@ def score(fab: Fabric, planner: SearchPlanner) -> dict:
     named = {n for f in found for n in f.nodes}
     truth = set(fab.faults)
     right_part = sum(1 for f in found if f.nodes[0] in truth and _part(f) == fab.faults[f.nodes[0]])
-    return {"named": len(named), "true": len(named & truth), "bad": len(truth), "right_part": right_part}
+    sick = set(fab.health or {})
+    by_health = {f.name: f for f in found if getattr(f, "cause", "") == "health"}
+    first = sum(1 for n in sick & set(by_health) if planner.state[n].health_wave[0] == 0)
+    return {"named": len(named - sick), "true": len((named - sick) & truth), "bad": len(truth),
+            "right_part": right_part, "health": len(sick), "health_named": len(sick & set(by_health)),
+            "health_first_wave": first, "health_wrong": len(set(by_health) - sick)}
 
 
 def _part(f) -> str:
@@ -110,7 +162,8 @@ def run_one(n_nodes: int, bad: int, seed: int, fabric_kw: dict | None = None, pe
     index = {n: i for i, n in enumerate(fab.nodes)}
     judge = GroupJudge("time_us", (1.0 / fab.floor - 1.0) * 100.0, 0.5) if peers else None
     while (wave := planner.next_wave()) is not None:
-        planner.observe(play_wave(fab, wave, index, judge))
+        launch_id = planner.launches
+        planner.observe(play_wave(fab, wave, index, judge), wave_health(fab, wave, launch_id))
     return {"waves": planner.waves, "launches": planner.launches, **score(fab, planner)}
 
 
@@ -133,19 +186,26 @@ def table(sizes=(64, 1024, 4096), bads=range(5), seeds: int = 100, seeds_large: 
                          "recall": true / (b * k) if b else float("nan"),
                          "right_part": sum(r["right_part"] for r in runs) / (b * k) if b else float("nan"),
                          "seeds_naming_someone": sum(r["named"] > 0 for r in runs),
+                         **{k: sum(r[k] for r in runs) for k in ("health", "health_named", "health_first_wave",
+                                                                 "health_wrong")},
                          "cpu_s": round(time.perf_counter() - t0, 1)})
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
+    health = any(r.get("health") for r in rows)
     head = ("| nodes | bad | seeds | waves mean | waves max | launches mean | hours (max) | precision | recall "
-            "| right part | seeds naming someone |\n|" + " --- |" * 11)
+            "| right part | seeds naming someone |" + (" health faults | named (health) | in wave 0 | wrongly named "
+                                                          "(health) |" if health else "")
+            + "\n|" + " --- |" * (15 if health else 11))
     lines = [head]
     for r in rows:
         f = lambda v: "-" if v != v else f"{v:.3f}"   # noqa: E731  (nan -> '-')
         lines.append(f"| {r['nodes']} | {r['bad']} | {r['seeds']} | {r['waves_mean']:.1f} | {r['waves_max']} "
                      f"| {r['launches_mean']:.0f} | {r['hours_max']:.3f} | {f(r['precision'])} | {f(r['recall'])} "
-                     f"| {f(r['right_part'])} | {r['seeds_naming_someone']} |")
+                     f"| {f(r['right_part'])} | {r['seeds_naming_someone']} |"
+                     + (f" {r['health']} | {r['health_named']} | {r['health_first_wave']} | {r['health_wrong']} |"
+                        if health else ""))
     return "\n".join(lines)
 
 
@@ -178,13 +238,15 @@ def main(argv=None) -> None:
     ap.add_argument("--flake", type=float, default=0.001, help="chance that a launch fails on its own")
     ap.add_argument("--floor", type=float, default=0.85, help="pass at this fraction of nominal")
     ap.add_argument("--bad-rate", type=float, nargs=2, default=(0.4, 0.75), help="a bad part's rate range")
+    ap.add_argument("--health", type=int, default=0,
+                    help="health faults per fabric (XID 79, a new double-bit ECC error, PCIe at Gen3 x8)")
     ap.add_argument("--plot", default=None, help="write a PNG of waves against b")
     ap.add_argument("--judge", choices=("floor", "peers"), default="floor",
                     help="floor: a group passes at --floor of nominal; peers: as the launcher judges rows, "
                          "against the groups of its size (placement/search_judge.py)")
     args = ap.parse_args(argv)
     fabric_kw = {"gpus": args.gpus, "noise": args.noise, "flake": args.flake, "floor": args.floor,
-                 "bad_rate": tuple(args.bad_rate)}
+                 "bad_rate": tuple(args.bad_rate), "health": args.health}
     t0 = time.perf_counter()
     rows = table(args.sizes, args.bad, args.seeds, args.seeds_large, fabric_kw, args.judge == "peers")
     print(markdown(rows))
