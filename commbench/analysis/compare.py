@@ -150,9 +150,9 @@ def _side_points(runs: list[Run], keys: list[str]) -> dict[tuple, _SidePoint]:
         key_cols = [_key_column(frame[k]) for k in keys]
         statuses = [str(v or "ok") if v == v else "ok" for v in _column(frame, "status", "ok")]
         times, busbw = _numbers(frame, "time_us"), _numbers(frame, "busbw_gbps")
-        shared = [rehearsal.ranks_per_gpu(v) for v in _column(frame, rehearsal.COLUMN, None)]
+        shared = [int(x) if x == x else 0 for x in _numbers(frame, rehearsal.COLUMN)]   # ranks_per_gpu
         bounds = _bounds(frame, (run.meta or {}).get("links"))
-        cases = [str(v) for v in _column(frame, "case_id", "")]
+        cases = frame["case_id"].astype(str).tolist() if "case_id" in frame.columns else [""] * len(frame)
         per_case = [spreads.get(c, (math.nan, 0)) for c in cases]
         rows = zip(zip(*key_cols), statuses, times, busbw, per_case, shared, bounds)
         for key, status, time_us, bw, (spread, count), sh, bound in rows:
