@@ -1,8 +1,10 @@
 """Burn-in: each node's time over the passes of a `run --duration` folder (drift from the first to
-the last pass, spread across passes, the worst pass) and a plot of it. Data: analysis/burnin.py."""
+the last pass, spread across passes, the worst pass) and a plot of it, and each GPU's health counters
+pass by pass where they drifted (with the time each moved). Data: analysis/burnin.py,
+analysis/burnin_health.py."""
 from __future__ import annotations
 
-from ... import burnin
+from ... import burnin, burnin_health
 from ..plots import figure_png, plt
 from .base import ReportSection
 from commbench.runfolder.schema import PASS_COLUMN
@@ -65,6 +67,23 @@ def add(doc, report) -> None:
         sub.table(burnin.trend_table(burnin.trends(table, "time_us")))
         sub.image(figure_png(pass_figure(table, f"{run.label}: time per pass, relative")),
                   "relative time per pass and node", f"burnin-{run.label.replace('/', '-')}.png")
+        health_drift(sub, run, df)
+
+
+def health_drift(sec, run, df) -> None:
+    """The GPU health counters that moved over the passes (nothing without health records)."""
+    table = burnin_health.health_per_pass(run.path, df)
+    if table.empty:
+        return
+    drift = burnin_health.health_drift(table)
+    sub = sec.sub("GPU health over the passes")
+    sub.text(f"{table[['node', 'gpu']].drop_duplicates().shape[0]} GPU(s) on {table['node'].nunique()} node(s), "
+             f"health read at the start and end of every launch (health.jsonl). Listed: a counter that moved "
+             "the wrong way: ECC errors or remapped rows that grew, an XID, time throttled (thermal, power "
+             f"brake) that grew from the first pass, a temperature {burnin_health.DRIFT_TEMP_C:g} C or more "
+             "above the first pass's, a PCIe generation below the first pass's. Each move names its pass, "
+             "the time of the health record that showed it, and when that pass ended (its rows' pass_utc).")
+    sub.table(drift, "none: no health counter drifted over the passes")
 
 
 SECTION = ReportSection("burnin", 27, add, applies)
