@@ -36,6 +36,18 @@ def report_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     click.echo(f"wrote {html_path} and {md_path}")
 
 
+def _check_compare_options(threshold_pct: float, alpha: float, fail_above_pct: float | None,
+                           allow_inconclusive: bool) -> None:
+    if not (math.isfinite(threshold_pct) and threshold_pct >= 0) or not 0 < alpha < 1:
+        raise CommbenchError(f"--threshold must be a finite number >= 0 and --alpha in (0, 1); got "
+                             f"{threshold_pct}, {alpha}.")
+    if fail_above_pct is not None and not (math.isfinite(fail_above_pct) and fail_above_pct >= 0):
+        raise CommbenchError(f"--fail-above must be a finite percentage >= 0; got {fail_above_pct} (a NaN or "
+                             "infinite gate would pass every point).")
+    if allow_inconclusive and fail_above_pct is None:
+        raise CommbenchError("--allow-inconclusive changes what the gate does: give it with --fail-above PCT.")
+
+
 @click.command("compare")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--threshold", "threshold_pct", type=float, default=5.0, show_default=True,
@@ -75,14 +87,7 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     from .runsets import expand, load_side, side_label, split_sides
     from .text_table import text_table
 
-    if not (math.isfinite(threshold_pct) and threshold_pct >= 0) or not 0 < alpha < 1:
-        raise CommbenchError(f"--threshold must be a finite number >= 0 and --alpha in (0, 1); got "
-                             f"{threshold_pct}, {alpha}.")
-    if fail_above_pct is not None and not (math.isfinite(fail_above_pct) and fail_above_pct >= 0):
-        raise CommbenchError(f"--fail-above must be a finite percentage >= 0; got {fail_above_pct} (a NaN or "
-                             "infinite gate would pass every point).")
-    if allow_inconclusive and fail_above_pct is None:
-        raise CommbenchError("--allow-inconclusive changes what the gate does: give it with --fail-above PCT.")
+    _check_compare_options(threshold_pct, alpha, fail_above_pct, allow_inconclusive)
     base_paths, new_paths = split_sides(runs)
     b, n = load_side(base_paths), load_side(new_paths)
     settings = CompareSettings(threshold_pct=threshold_pct, alpha=alpha, correction=correction)
