@@ -16,6 +16,13 @@ Then it runs, each as its own child process, ``compare BASE NEW --fail-above 5``
 NEW``, ``accept NEW --rules RULES`` (and ``accept --json``), and prints per command the wall
 time, the child's peak resident memory (measured by /usr/bin/time) and its exit
 status, and the growth exponent of time between sizes (log time / log points; 1 is linear).
+
+``--pairs-nodes 1024`` builds a pairs folder instead (issue 42, the fleet report): the first
+``--pair-rounds`` rounds of every-pair placement (round-robin, as ``placement: pairs``) over that
+many nodes, all_reduce at 4 sizes, one node 40 % slower with every partner, one link 2x slower, and
+GPU health records (health.jsonl, through the real writer) in which one node has an XID 79 and one
+a PCIe link at Gen3 x8; then it times ``report`` on it (``--keep DIR`` keeps the folder and the
+report, whose HTML a browser can open).
 """
 from __future__ import annotations
 
@@ -129,6 +136,78 @@ def _row(cid: str, host: str, op: str, size_bytes: int, slowest_us: np.ndarray) 
     return row
 
 
+PAIR_SIZES = [1 << 16, 1 << 20, 1 << 24, 1 << 27]   # 64 KiB .. 128 MiB
+PAIR_ITERS = 5
+
+
+def pair_faults(hosts: list[str], rounds: list) -> dict:
+    """The pairs folder's faults: a slow node, a slow link (a pair of the measured rounds whose
+    two nodes are neither), a node with an XID, one with its PCIe link trained down."""
+    slow_node, xid, pcie = hosts[len(hosts) // 10], hosts[len(hosts) // 3], hosts[len(hosts) // 2]
+    link = next(p for p in rounds[min(2, len(rounds) - 1)] if not {slow_node, xid, pcie} & set(p))
+    return {"slow_node": slow_node, "link": tuple(link), "xid": xid, "pcie": pcie}
+
+
+def build_pairs_folder(path: Path, n_nodes: int, n_rounds: int, seed: int = 3) -> dict:
+    """A synthetic pairs run folder over ``n_nodes`` hosts (``n_rounds`` rounds of disjoint pairs)."""
+    from commbench.analysis.accept.simulate import health_records
+    from commbench.runfolder.health_files import append_health
+    from commbench.sysinfo.hosts import round_robin_pairs
+
+    rng = np.random.default_rng(seed)
+    hosts = host_names(n_nodes)
+    rounds = round_robin_pairs(hosts)[:n_rounds]
+    faults = pair_faults(hosts, rounds)
+    folder = RunFolder(path)
+    folder.create(resume=False)
+    lines, samples = [], []
+    for pair in (p for rnd in rounds for p in rnd):
+        factor = (1.4 if faults["slow_node"] in pair else 1.0) * (2.0 if tuple(pair) == faults["link"] else 1.0)
+        for size in PAIR_SIZES:
+            times = model_time_us("all_reduce", size) * factor * rng.lognormal(0.0, 0.03, size=(2, PAIR_ITERS))
+            cid = case_id(",".join(pair), "all_reduce", size)
+            row = _row(cid, pair[0], "all_reduce", size, times.max(axis=0))
+            row.update(bench="pairs", world_size=2, num_nodes=2, ranks_per_node=1, hosts=",".join(pair),
+                       host=None, iters=PAIR_ITERS)
+            lines.append(json.dumps(row))
+            samples += [{"case_id": cid, "rank": r, "host": pair[r], "gpu": 0, "iteration": i,
+                         "time_us": round(float(times[r, i]), 3)} for r in range(2) for i in range(PAIR_ITERS)]
+        if len(samples) >= 200_000:
+            folder.append_samples(samples)
+            samples = []
+    if samples:
+        folder.append_samples(samples)
+    files.append(path, "results.jsonl", ("\n".join(lines) + "\n").encode())
+    folder.rewrite_csv()
+    records = [r for i, h in enumerate(hosts) for r in health_records(
+        h, {faults["xid"]: "xid", faults["pcie"]: "pcie"}.get(h, "none"), launch_id=i)]
+    append_health(path, [{**r, "schema": 1, "time_utc": "2026-12-07T00:00:00+00:00", "launch_hosts": [r["host"]]}
+                         for r in records])
+    folder.write_meta({"suite": "fleet-pairs", "hosts": hosts, "started_utc": "2026-12-07T00:00:00Z",
+                       "synthetic": "benchmarks/fleet_scale.py --pairs-nodes"})
+    return faults
+
+
+def time_pairs_report(work: Path, n_nodes: int, n_rounds: int) -> dict:
+    """Build (unless there) the pairs folder and time `report` on it."""
+    folder = work / f"pairs-{n_nodes}x{n_rounds}"
+    t0 = time.perf_counter()
+    if not (folder / "results.csv").exists():
+        work.mkdir(parents=True, exist_ok=True)
+        faults = build_pairs_folder(folder, n_nodes, n_rounds)
+        (work / f"pairs-{n_nodes}x{n_rounds}.faults.json").write_text(json.dumps(faults))
+    print(f"# pairs folder {folder}: ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    out = work / f"report-pairs-{n_nodes}x{n_rounds}"
+    out.mkdir(exist_ok=True)
+    load = os.getloadavg()[0]
+    r = timed([sys.executable, "-m", "commbench", "report", str(folder), "--out", str(out / "report.html")])
+    print(f"  report {r['wall_s']:7.2f} s  {r['cpu_s']:7.2f} s CPU  {r['peak_mib']:7.0f} MiB  exit {r['rc']}  "
+          f"(load {load:.2f} before, {os.getloadavg()[0]:.2f} after)  {out / 'report.html'}", flush=True)
+    if r["rc"] != 0:
+        print("    " + r["tail"].replace("\n", "\n    "))
+    return {"load": load, **r}
+
+
 def timed(argv: list[str]) -> dict:
     """Run one command as a child; wall seconds, CPU seconds (user + system: on a shared machine
     the wall time grows with the others' load, the CPU time much less), its peak RSS (MiB) and exit
@@ -168,7 +247,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--points", type=int, nargs="+", default=[1000, 10_000, 100_000])
     ap.add_argument("--keep", type=Path, default=None, help="build the folders here and keep them")
     ap.add_argument("--only", nargs="+", default=None, help="command names to time (default: all)")
+    ap.add_argument("--pairs-nodes", type=int, default=None, help="build a pairs folder over this many nodes "
+                    "and time `report` on it (instead of the per-node folders)")
+    ap.add_argument("--pair-rounds", type=int, default=64, help="rounds of disjoint pairs in the pairs folder")
     args = ap.parse_args(argv)
+    if args.pairs_nodes:
+        with tempfile.TemporaryDirectory() as tmp:
+            time_pairs_report(args.keep or Path(tmp), args.pairs_nodes, args.pair_rounds)
+        return
     results: dict[str, list[dict]] = {}
     rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
     print(f"# commbench {rev.stdout.strip() or '?'}, {os.cpu_count()} CPUs, load {os.getloadavg()}", flush=True)

@@ -25,8 +25,9 @@ def test_every_section_module_registers_one_section_in_a_fixed_order():
     modules = {m.name for m in pkgutil.iter_modules(sections.__path__) if not m.name.startswith("_")} - {"base"}
     found = all_sections()
     assert len(found) == len(modules)   # a module without SECTION would be silently left out
-    assert [s.name for s in found] == ["summary", "curves", "bounds", "copy", "burnin", "health", "bitwise", "training",
-                                       "step_timelines", "timelines", "moe_layer", "tables", "metadata", "warnings"]
+    assert [s.name for s in found] == ["summary", "curves", "fleet", "bounds", "copy", "burnin", "health", "bitwise",
+                                       "training", "step_timelines", "timelines", "moe_layer", "tables", "metadata",
+                                       "warnings"]
     assert len({s.order for s in found}) == len(found)
     assert {s.name: s.family for s in found if s.family} == {"copy": "copy", "training": "training",
                                                               "moe_layer": "moe"}
