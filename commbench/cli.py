@@ -27,7 +27,10 @@ class _Group(click.Group):
             if launcher_rank() in (None, 0):   # one message per job, not one per rank
                 click.echo(f"commbench: error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+        except KeyboardInterrupt:   # before a run's own handler (start-up) or in a command without one:
+            click.echo("commbench: interrupted", err=True)   # 130 as the README's table says, not
+            sys.exit(130)                                     # click's "Aborted!" and 1
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:   # the last line of defence: a message, never a traceback
             if os.environ.get("COMMBENCH_DEBUG"):
