@@ -16,7 +16,6 @@
 #   build     every kernel library in parallel (tests/gpu/prebuild.py), cached in $COMMBENCH_JIT_CACHE,
 #             and DeepEP from $TP/deepep-v1.2.1.tar.gz beside it (when the tarball is there)
 #   tests     the GPU tests of nvshmem and the proxy, the preflight's NVML reading, the GPU health record,
-#             the memory plans against the Cases' peaks, bitwise repeatability of NCCL collectives,
 #             and the moe test driver under mpirun with 2
 #             ranks sharing the GPU (the allreduce family's own GPU tests, 70 s, are in tests-all: the
 #             default run keeps it through shared-allreduce and allreduce-smoke)
@@ -28,7 +27,8 @@
 #   families  small suites: timeline-known (the step split's known answers), nccl-smoke, nccl-features,
 #             allreduce-smoke, moe-smoke, copy-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
 #   families-all  those and nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
-#   tests-all every GPU test, the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
+#   checks    the memory plans against the Cases' peaks, bitwise repeatability of NCCL collectives
+#   tests-all every GPU test (checks included), the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
 #   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
 #             NCCL Inspector beside our plugin
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
@@ -111,13 +111,16 @@ group_tests() {
   cmd pytest-preflight 90 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_preflight_gpu.py
   HEALTH_RECORD_DIR="$OUT/health" cmd pytest-health 90 python3 -m pytest -q -rs -s -p no:cacheprovider \
     tests/gpu/test_health_gpu.py
-  cmd pytest-memory 150 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_memory_plan_gpu.py
-  cmd pytest-bitwise 120 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_bitwise_gpu.py
   deepep_wait
   cmd moe-np2 90 "${MPI[@]}" -np 2 python3 tests/gpu/test_moe_gpu.py "$OUT/moe_np2.jsonl"
 }
+group_checks() {   # each Case's memory plan against its peak; bitwise repeatability of NCCL collectives
+  cmd pytest-memory 150 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_memory_plan_gpu.py
+  cmd pytest-bitwise 150 python3 -m pytest -q -rs -s -p no:cacheprovider tests/gpu/test_bitwise_gpu.py
+}
 group_tests_all() {
   group_tests
+  group_checks
   COMMBENCH_GPU_OUT="$OUT/allreduce-gpu" cmd pytest-allreduce 150 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_allreduce_gpu.py
   cmd pytest-collectives 200 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_collectives_gpu.py
   cmd pytest-moe 90 python3 -m pytest -q -rs -p no:cacheprovider tests/gpu/test_moe_gpu.py
@@ -234,7 +237,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families tests-all shared-full families-all suites parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)
