@@ -87,7 +87,7 @@ def _case_spreads(run: Run) -> dict[str, tuple[float, int]]:
     return dict(zip(stats.index, zip(spread.tolist(), stats["n"].astype(int).tolist())))
 
 
-@dataclass
+@dataclass(slots=True)   # one per point and side: 100,000s at fleet size
 class _SidePoint:
     """One point on one side: per run (in order) its status, time, busbw, within-run spread
     (robust sd of log samples, NaN without 3 samples) and number of samples."""
