@@ -96,7 +96,7 @@ def _record_lines_unquoted(path: Path, text: str, fields: int) -> array | None:
     """scan_csv's answer for a file with no quote and no carriage return (every line is one record:
     what commbench's writer produces), counted with numpy in one pass instead of a Python loop over
     millions of sample lines; None for any other file (the csv module reads it)."""
-    if '"' in text or "\r" in text:
+    if '"' in text or text.count("\r") != text.count("\r\n"):   # a lone \r ends a line for the csv module
         return None
     import numpy as np
 
@@ -104,8 +104,10 @@ def _record_lines_unquoted(path: Path, text: str, fields: int) -> array | None:
     ends = np.flatnonzero(data == 10)   # the text ends with a line end (checked above)
     commas = np.searchsorted(np.flatnonzero(data == 44), ends)   # commas before each line end
     per_line = np.diff(commas, prepend=0)
-    length = np.diff(ends, prepend=-1)   # with its line end: 1 is a blank line, which pandas skips
-    records = length[1:] > 1
+    # the characters of each line without its end (\n or the csv module's \r\n): 0 is a blank line,
+    # which pandas skips
+    content = np.diff(ends, prepend=-1) - 1 - (data[np.maximum(ends - 1, 0)] == 13)
+    records = content[1:] > 0
     bad = np.flatnonzero(records & (per_line[1:] != fields - 1))
     if bad.size:
         line = int(bad[0]) + 2

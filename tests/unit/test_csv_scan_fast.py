@@ -23,7 +23,8 @@ def _csv_module(text: str) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("text", ["a,b\n1,2\n\n3,4\n", "a,b,c\n1,,\n,,\n", "a\n1\n\n\n2\n",
+@pytest.mark.parametrize("text", ["a,b\r\n1,2\r\n\r\n3,4\r\n", "a,b\r\n1,2\n,\r\n",
+                                  "a,b\n1,2\n\n3,4\n", "a,b,c\n1,,\n,,\n", "a\n1\n\n\n2\n",
                                   "case_id,rank,time_us\n" + "".join(f"c{i},{i % 4},{i * 0.5}\n" for i in range(500))])
 def test_the_fast_path_finds_the_same_records(text):
     fields = text.split("\n", 1)[0].count(",") + 1
@@ -38,4 +39,5 @@ def test_a_cut_record_is_named_with_its_line():
 
 def test_quoted_files_take_the_csv_module():
     assert _record_lines_unquoted(Path("x"), 'a,b\n"1,5",2\n', 2) is None
+    assert _record_lines_unquoted(Path("x"), "a,b\r1,2\n", 2) is None   # a lone carriage return
     assert list(scan_csv(Path("x"), 'a,b\n"1,5",2\n"x\ny",3\n', ())) == [2, 3]
