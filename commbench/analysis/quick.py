@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..errors import CommbenchError
 from ..units import format_size, parse_size
-from .nccl_tests.options import RANK_TIME_RUNNABLE as RANK_TIME
-from .nccl_tests.options import REGISTER, flag
+from .nccl_tests_options import RANK_TIME_RUNNABLE as RANK_TIME
+from .nccl_tests_options import REGISTER, flag
 
 # -d as nccl-tests and commbench spell them -> commbench's dtype
 DTYPES = {"float": "float32", "float32": "float32", "fp32": "float32", "f32": "float32",

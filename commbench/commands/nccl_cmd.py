@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from ..analysis.nccl_tests.options import OPTIONS
+from ..analysis.nccl_tests_options import OPTIONS
 from ..errors import CommbenchError
 from .nccl_errors import in_flag_terms
 
 
 def _nccl_tests_option(name: str, dest: str, **kw):
-    """An option spelt as nccl-tests spells it (analysis/nccl_tests/options.py)."""
+    """An option spelt as nccl-tests spells it (analysis/nccl_tests_options.py)."""
     return click.option(f"-{OPTIONS[name].short}", f"--{OPTIONS[name].long}", dest, **kw)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ..analysis.nccl_tests.options import flag
+from ..analysis.nccl_tests_options import flag
 from ..errors import CommbenchError
 
 # the suite field a `commbench nccl` option sets (analysis/quick.py suite_dict) -> the option

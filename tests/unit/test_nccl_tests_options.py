@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from commbench.analysis.nccl_tests.options import OPTIONS, RANK_TIME, RANK_TIME_RUNNABLE, REGISTER
+from commbench.analysis.nccl_tests_options import OPTIONS, RANK_TIME, RANK_TIME_RUNNABLE, REGISTER
 from commbench.analysis.quick import QuickArgs, suite_dict
 from commbench.cli import cli
 from commbench.errors import CommbenchError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from commbench.errors import preview
 
-from .options import OPTIONS, RANK_TIME, REGISTER, flag
+from ..nccl_tests_options import OPTIONS, RANK_TIME, REGISTER, flag
 from .records import (JSON_HALF_UNIT, MAX_ITERS, MAX_RANKS, MAX_SIZE_BYTES, MAX_THREADS_OR_GPUS, Device,
                       NcclTestsFormatError, ResultLine, Side, TestRun, bounded_int, option_value, parse_int)
 

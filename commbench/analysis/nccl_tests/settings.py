@@ -7,7 +7,7 @@ from commbench import metrics
 
 from .records import ResultLine, TestRun
 
-from .options import DEFAULT_AVERAGE, RANK_TIME, REGISTER
+from ..nccl_tests_options import DEFAULT_AVERAGE, RANK_TIME, REGISTER
 
 
 def settings_of(run: TestRun, op: str, elem: int, line: ResultLine) -> tuple[dict, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import metrics
+from .. import metrics
 
 
 @dataclass(frozen=True)
