@@ -89,7 +89,7 @@ Warn = Callable[[str], None]
 
 def load_timeline(run_dir: Path, warn: Warn | None = None):
     """timeline.csv as a frame (empty when the run has none); a damaged file is refused, a cut last
-    line left out (``warn`` is told)."""
+    line and a span that ends before it starts left out (``warn`` is told)."""
     import numpy as np
     import pandas as pd
 
@@ -121,29 +121,39 @@ def load_timeline(run_dir: Path, warn: Warn | None = None):
             raise RunFolderError(f"{path}:{lines[i]}: column {col}: {preview(df[col].iloc[i])} is not "
                                  f"{'an integer' if integer else 'a finite number'}")
         df[col] = num.astype(int) if integer else num
-    _check_spans(path, df, lines)
+    df = _spans_that_ran_forward(path, df, lines, warn)
     for col in ("case_id", "host", "source"):
         if col in df.columns:
             df[col] = df[col].fillna("").astype(str)
     return df
 
 
-def _check_spans(path: Path, df, lines: list[int]) -> None:
-    """An iteration ends after it starts, and a kernel span is a time (0 or more): a drawing of
-    anything else would show a span of 0 us (or a negative one) as if it had been measured."""
+def _spans_that_ran_forward(path: Path, df, lines: list[int], warn: Warn | None):
+    """``df`` without the iterations that end before they start, and with no negative kernel time:
+    such a span is left out of every drawing (never drawn as 0 us as if it had been measured) and
+    ``warn`` hears its file and line. The rows' times do not come from this file: nothing measured
+    is lost, and the folder still reads (a run's own report must not fail over one span)."""
     import numpy as np
 
     backwards = (df["end_us"] < df["start_us"]).to_numpy()
     if backwards.any():
+        where = [lines[i] for i in backwards.nonzero()[0]]
         i = int(backwards.nonzero()[0][0])
-        raise RunFolderError(f"{path}:{lines[i]}: end_us {df['end_us'].iloc[i]:g} is before start_us "
-                             f"{df['start_us'].iloc[i]:g}: the file is damaged or not commbench's")
+        if warn is not None:
+            warn(f"{path}:{where[0]}: end_us {df['end_us'].iloc[i]:g} is before start_us "
+                 f"{df['start_us'].iloc[i]:g}; {len(where)} such span(s) left out of the timelines"
+                 + (f" (lines {', '.join(map(str, where[:5]))}{' ...' if len(where) > 5 else ''})"
+                    if len(where) > 1 else ""))
+        df = df[~backwards].reset_index(drop=True)
     if "kernel_us" in df.columns:
         negative = np.nan_to_num(df["kernel_us"].to_numpy(dtype=float), nan=0.0) < 0
         if negative.any():
-            i = int(negative.nonzero()[0][0])
-            raise RunFolderError(f"{path}:{lines[i]}: kernel_us {df['kernel_us'].iloc[i]:g} is negative: "
-                                 "the file is damaged or not commbench's")
+            if warn is not None:
+                i = int(negative.nonzero()[0][0])
+                warn(f"{path}: kernel_us {df['kernel_us'].iloc[i]:g} is negative in {int(negative.sum())} "
+                     "line(s): those kernel times are left out")
+            df.loc[negative, "kernel_us"] = np.nan
+    return df
 
 
 def load_case_lines(run_dir: Path, warn: Warn | None = None) -> dict[str, dict]:

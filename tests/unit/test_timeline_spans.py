@@ -1,9 +1,11 @@
-"""The timeline readers (runfolder/timeline_files.py, runfolder/step_timelines.py) refuse a span
-that ends before it starts (and a negative kernel time) naming the file and line, instead of
-drawing it as a span of 0 us."""
+"""A span that ends before it starts is never drawn as 0 us: timeline.csv's reader leaves such an
+iteration (and a negative kernel time) out with a warning naming the file and line, so a run's own
+report still reads the folder (one GPU session met such a line in a run of 90 ok rows); a step file
+with a backward step is refused naming the file."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -29,16 +31,19 @@ def test_well_formed_spans_read(tmp_path):
     assert list(df["end_us"]) == [5.0, 5.0]
 
 
-def test_a_span_that_ends_before_it_starts_is_refused_with_its_line(tmp_path):
+def test_a_span_that_ends_before_it_starts_is_left_out_with_its_line(tmp_path):
     folder = timeline(tmp_path, "c1,0,h,0,0.0,5.0,host,", "c1,1,h,0,9.0,4.0,host,")
-    with pytest.raises(RunFolderError, match=r"timeline\.csv:3: end_us 4 is before start_us 9"):
-        load_timeline(folder)
+    said = []
+    df = load_timeline(folder, said.append)
+    assert list(df["rank"]) == [0]
+    assert len(said) == 1 and re.search(r"timeline\.csv:3: end_us 4 is before start_us 9; 1 such span", said[0])
 
 
-def test_a_negative_kernel_time_is_refused_with_its_line(tmp_path):
-    folder = timeline(tmp_path, "c1,0,h,0,0.0,5.0,nccl,-1.5")
-    with pytest.raises(RunFolderError, match=r"timeline\.csv:2: kernel_us -1.5 is negative"):
-        load_timeline(folder)
+def test_a_negative_kernel_time_is_left_out_with_a_warning(tmp_path):
+    folder = timeline(tmp_path, "c1,0,h,0,0.0,5.0,nccl,-1.5", "c1,1,h,0,0.0,5.0,nccl,2.0")
+    said = []
+    df = load_timeline(folder, said.append)
+    assert df["kernel_us"].isna().tolist() == [True, False] and "kernel_us -1.5 is negative" in said[0]
 
 
 def test_a_step_that_ends_before_it_starts_is_refused(tmp_path):
@@ -50,11 +55,11 @@ def test_a_step_that_ends_before_it_starts_is_refused(tmp_path):
         step_timelines.read(tmp_path, "c1", 0)
 
 
-def test_report_of_a_folder_with_a_backward_span_is_exit_2_naming_the_file(tmp_path):
+def test_report_of_a_folder_with_a_backward_span_still_reads_it(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "cpu-base", run)
     case_id = json.loads((run / "results.jsonl").read_text().splitlines()[0])["case_id"] \
         if (run / "results.jsonl").exists() else "c1"
     timeline(run, f"{case_id},0,h,0,0.0,5.0,host,", f"{case_id},1,h,0,9.0,4.0,host,")
     result = CliRunner().invoke(cli, ["report", str(run)])
-    assert result.exit_code == 2 and "timeline.csv:3" in result.output, result.output
+    assert result.exit_code == 0 and (run / "report.html").exists(), result.output   # the folder still reads
