@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One GPU call of the device tool: the gate (session.sh default) on this tree (its commit in .commit,
+# carried), then the `checks` group with the time the call has left; the outputs packed so that at
+# most 8 files come back under $OUT (gate-summary.txt, gate-status.txt, checks-summary.txt, info.json,
+# logs.tgz, runs.tgz). GATE_S: the gate's limit (default 480); CALL_S: the whole call's (585).
+# The GPU gate on this tree (its commit in .commit), then the checks group with the time left; the
+# outputs packed so that at most 8 files come back.
+export OUT; cd "$(dirname "$0")/.."; echo "commit $(cat .commit)"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+G=$OUT/gate; mkdir -p $G
+OUT=$G timeout ${GATE_S:-480} bash tests/gpu/session.sh > $G/session.log 2>&1; echo "gate rc=$? after $SECONDS s"
+cat $G/status.txt; grep -E "^== " $G/summary.txt
+left=$((${CALL_S:-585} - SECONDS))
+if [ $left -gt 90 ]; then
+  C=$OUT/checks; mkdir -p $C
+  OUT=$C T_PYTEST_MEMORY=$((left/2)) T_PYTEST_BITWISE=$((left/2 - 10)) timeout $((left - 5)) bash tests/gpu/session.sh checks > $C/session.log 2>&1
+  echo "checks rc=$? after $SECONDS s"; cat $C/status.txt; grep -E "^== " $C/summary.txt
+fi
+cp $G/summary.txt $OUT/gate-summary.txt; cp $G/status.txt $OUT/gate-status.txt; cp $G/info.json $OUT/info.json 2>/dev/null
+[ -d $OUT/checks ] && cp $OUT/checks/summary.txt $OUT/checks-summary.txt
+(cd $OUT && tar czf logs.tgz --exclude=runs.tgz gate checks 2>/dev/null); cp $G/runs.tgz $OUT/runs.tgz 2>/dev/null
+rm -rf $G $OUT/checks; ls -la $OUT
