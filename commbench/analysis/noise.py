@@ -52,13 +52,6 @@ def log_spread(samples: np.ndarray) -> float:
     return float(MAD_TO_SIGMA * np.median(np.abs(lx - np.median(lx))))
 
 
-def median_log_variance(samples: np.ndarray) -> float:
-    """Variance of log(median) from one run's samples (0 when there are too few to say)."""
-    w = log_spread(samples)
-    n = int(np.sum(np.isfinite(samples)))
-    return 0.0 if math.isnan(w) or n == 0 else MEDIAN_VARIANCE * w * w / n
-
-
 def robust_scale(values, center: float | None = None) -> float:
     """MAD-based standard deviation of values (around their median, or around ``center``)."""
     v = np.asarray(values, dtype=float)
@@ -144,12 +137,6 @@ def detect_z(alpha: float, tests: int, method: str) -> float:
     """Standard errors a change needs to be detected with probability DETECT_POWER: the critical
     |z| plus the shift's own (1 - DETECT_POWER) quantile."""
     return critical_z(alpha, tests, method) + _z_for_p(2.0 * (1.0 - DETECT_POWER))
-
-
-def detectable_pct(se: float, z_detect: float) -> float:
-    """The smallest change (percent) a point with standard error ``se`` detects reliably (inf past
-    what a float holds: a point whose samples span many decades)."""
-    return 100.0 * math.expm1(z_detect * se) if z_detect * se < 700 else math.inf
 
 
 def standard_errors(changes, spreads, scale, residuals, within_var, curves,

@@ -90,18 +90,26 @@ def _start(ctx: GroupContext, launch, pending: list[str], record: dict, attempt:
         deadline=ctx.deadline, cancel=ctx.cancel)
 
 
-def _facts(ctx: GroupContext, launch, record: dict, out, start_failed) -> Attempt:
+def _went_wrong(out, pending: list[str]) -> bool:
+    """Whether settle will quote the log (a kill, a crash, a failed or short launch): only then is
+    the launch's log, which NCCL's debug output can make large, read for its tail."""
+    return bool(out.timed_out_case or out.crashed_case or out.returncode != 0
+                or not set(out.finished) >= set(pending))
+
+
+def _facts(ctx: GroupContext, launch, record: dict, out, start_failed, pending: list[str]) -> Attempt:
     folder = ctx.folder
     with ctx.lock:
         if (out.timed_out_case or out.crashed_case) and not ctx.shared:
             folder.keep_samples(folder.done_case_ids())   # samples stay only for Cases whose row landed
         stored = frozenset(folder.done_case_ids())
+    wrong = _went_wrong(out, pending)
     return Attempt(launch_id=launch.launch_id, returncode=out.returncode, finished=frozenset(out.finished),
                    stored=stored, timed_out_case=out.timed_out_case, crashed_case=out.crashed_case,
                    wave_over=ctx.deadline is not None and time.time() >= ctx.deadline,
                    start_failure=failed_to_start_reason(start_failed) if start_failed is not None else None,
-                   log=record["log"], log_tail=log_tail(folder.path / record["log"]),
-                   hosts_note=on_hosts(folder.path, launch))
+                   log=record["log"], log_tail=log_tail(folder.path / record["log"]) if wrong else "",
+                   hosts_note=on_hosts(folder.path, launch) if wrong else "")
 
 
 def _storage_full(folder: RunFolder, log: str) -> StorageFull:
@@ -123,7 +131,7 @@ def run_group(ctx: GroupContext, launch, pending: list[str], record: dict) -> di
             if not ctx.shared:
                 folder.rewrite_csv()
             raise _storage_full(folder, record["log"])
-        settled = settle(_facts(ctx, launch, record, out, start_failed), pending,
+        settled = settle(_facts(ctx, launch, record, out, start_failed, pending), pending,
                          {cid: ctx.by_id[cid].timeout_s for cid in pending})
         for row in settled.rows:
             with ctx.lock:

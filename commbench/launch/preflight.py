@@ -100,9 +100,6 @@ class Preflight:
     def ok(self) -> bool:
         return self.exit_status == 0
 
-    def case_reason(self, case_id: str) -> str | None:
-        return self.skipped.get(case_id)
-
     def message(self) -> str:
         """One paragraph: the verdicts (or the notes when it goes on) and the machine seen."""
         said = self.verdicts if self.verdicts else self.notes
