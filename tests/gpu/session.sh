@@ -32,6 +32,8 @@
 #   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
 #             NCCL Inspector beside our plugin
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
+#   fit       suites/moe-layer.yaml and suites/training.yaml at 1 rank: whole shipped suites whose largest
+#             Cases exceed an 80 GB card (each is skipped with its memory plan, never an OOM)
 #   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
 #             $TP/nccl-tests-2.19.6.tar.gz): parity.md and parity.tgz; then the cache-hot A/B
 #             (buffer_span_bytes 0) and nccl-tests' fixed per-batch cost (-n 20 against -n 200)
@@ -215,6 +217,10 @@ group_suites() {
   run moe-ranks 120 tests/gpu/suites/moe-ranks.yaml
   run moe 90 suites/moe.yaml --set ranks=1
 }
+group_fit() {   # the shipped suites that ran out of memory on H100 80GB before Cases had memory plans
+  run moe-layer-1 300 suites/moe-layer.yaml --set ranks=1
+  run training-1 200 suites/training.yaml --set ranks=1
+}
 group_parity() {
   local tgz=${NCCL_TESTS_TGZ:-$TP/nccl-tests-2.19.6.tar.gz} P=/tmp/parity-out work bin
   rm -rf "$P"
@@ -238,7 +244,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)
