@@ -139,7 +139,8 @@ group_shared() {   # the default slice of the rehearsal: 2 and 4 ranks on one GP
   # 4 ranks only here (2 ranks sharing the GPU: inside-mpi and nccl-features; both: shared-full)
   run shared-collectives 150 tests/gpu/suites/shared-collectives.yaml --set 'sizes=[64KiB]' --set ranks=4 \
     -- "${SHARED_NCCL[@]}" --min-rows 40
-  run shared-allreduce 90 tests/gpu/suites/shared-allreduce.yaml --set 'sizes=[4MiB]' -- "${SHARED_NCCL[@]}"
+  run shared-allreduce 90 tests/gpu/suites/shared-allreduce.yaml --set 'sizes=[4MiB]' --set ranks=4 \
+    -- "${SHARED_NCCL[@]}"
   run shared-training 120 tests/gpu/suites/shared-training.yaml --set ranks=4 \
     -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
   # the 2-rank FSDP step split from its timeline (a row that breaks an invariant comes back wrong)
