@@ -179,8 +179,9 @@ def import_nccl_tests_cmd(files: tuple[Path, ...], out: Path | None, bench: str,
 
 
 def _add_commands() -> None:
-    from .analysis.commands import compare_cmd, report_cmd
+    from .analysis.commands import report_cmd
     from .commands.accept_cmd import accept_cmd
+    from .commands.compare_cmd import compare_cmd
     from .commands.nccl_cmd import nccl_cmd
     from .commands.run_cmd import run_cmd
 

@@ -81,8 +81,9 @@ def _clean(value):
 
 def json_document(points: pd.DataFrame, per_op: pd.DataFrame, settings, labels: tuple[str, str],
                   paths: tuple[list, list], outcome: Gate | None, fail_above_pct: float | None,
-                  allow_inconclusive: bool, warnings: list[str]) -> str:
-    """The comparison as JSON (schema in docs/report.md, "compare --json")."""
+                  allow_inconclusive: bool, warnings: list[str], extra: dict | None = None) -> str:
+    """The comparison as JSON (schema in docs/report.md, "compare --json"); ``extra``: more top-level
+    keys (`--confirm`'s outcome)."""
     tested = int(points["p_value"].notna().sum()) if "p_value" in points else 0
     table = points.copy()
     if len(table):
@@ -109,6 +110,7 @@ def json_document(points: pd.DataFrame, per_op: pd.DataFrame, settings, labels: 
                                               "failing": len(outcome.failing), "inconclusive": len(outcome.unsure)},
         "exit_status": EXIT_OK if outcome is None else outcome.exit_status,
         "warnings": list(warnings),
+        **(extra or {}),
     }
     head = json.dumps(doc, indent=1, allow_nan=False)
     rows = table.to_json(orient="records", double_precision=10) if len(table) else "[]"

@@ -11,6 +11,7 @@ another state in one run of several is as noisy as that run says)."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -80,7 +81,8 @@ def has_noise_info(pb, pn) -> bool:
 
 def _gmean_rows(matrix: np.ndarray) -> np.ndarray:
     """Per row the geometric mean of its positive finite values (NaN when none)."""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # a row with no value: NaN, said without a warning
         logs = np.log(np.where((matrix > 0) & np.isfinite(matrix), matrix, np.nan))
         return np.exp(np.nanmean(logs, axis=1)) if matrix.size else np.full(len(matrix), np.nan)
 

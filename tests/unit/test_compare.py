@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from commbench.analysis.compare import CANT_TELL, CompareSettings, compare_runs, regressions
 from commbench.analysis.compare_summary import summarize
-from commbench.analysis.commands import compare_cmd
+from commbench.commands.compare_cmd import compare_cmd
 from commbench.cli import cli
 from commbench.runfolder.reader import load_run
 

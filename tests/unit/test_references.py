@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from commbench.analysis.commands import compare_cmd, report_cmd
+from commbench.analysis.commands import report_cmd
+from commbench.commands.compare_cmd import compare_cmd
 from commbench.commands.accept_cmd import accept_cmd
 from commbench.runfolder.reader import load_run
 
