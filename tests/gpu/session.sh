@@ -24,9 +24,10 @@
 #             timeline split at 2, --profile nccl at
 #             2 and 4, a straggler named, trace, one suite inside MPI (mpiexec -n 2 commbench run),
 #             compare refusing them
-#   families  small suites: timeline-known (the step split's known answers), nccl-smoke, nccl-features,
-#             allreduce-smoke, moe-smoke, copy-smoke (tests/gpu/suites/); `commbench nccl` (the quick form)
-#   families-all  those and nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
+#   families  small suites: timeline-known (the step split's known answers), nccl-features, copy-smoke
+#             (tests/gpu/suites/); `commbench nccl` (the quick form)
+#   families-all  those and the 1-rank smoke suites nccl-smoke, allreduce-smoke (multimem skipped),
+#             moe-smoke, nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
 #   checks    the memory plans against the Cases' peaks, bitwise repeatability of NCCL collectives
 #   tests-all every GPU test (checks included), the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
 #   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
@@ -193,13 +194,11 @@ group_shared_full() {   # heaviest first where it matters least: collectives, In
   cmd moe-layer-broken-np4 180 "${MPI[@]}" -np 4 python3 tests/gpu/test_moe_layer_gpu.py "$OUT/layer_np4.jsonl" \
     ipc,ipc_ll,nvshmem_ll,deepep,nccl_a2a
 }
-group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`)
+group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`; the 1-rank smoke
+  # suites of collectives, allreduce and moe: families-all, their families run in `shared` and inside-mpi)
   run timeline-known 60 tests/gpu/suites/timeline-known.yaml   # known answers of the step split, 1 rank
-  run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
   # registration (user / window), misaligned buffers, alltoallv traffic matrices at 1 and 2 ranks
   run nccl-features 90 tests/gpu/suites/nccl-features.yaml -- --require 'op=alltoallv:algbw_gbps>0'
-  run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
-  run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
   run copy-smoke 40 tests/gpu/suites/copy-smoke.yaml -- --no-skip 'op=h2d' --no-skip 'op=d2h' --no-skip 'op=d2d'
   # the quick form as nccl-tests users type it: its table printed, its run folder held to its rows
   cmd quick-nccl 60 python3 -m commbench nccl all_reduce -b 8 -e 1M -f 32 -n 20 -w 5 -g 1 --out "$R/quick-nccl"
@@ -207,6 +206,9 @@ group_families() {   # the default slice (nvshmem and proxy: their GPU tests in 
 }
 group_families_all() {
   group_families
+  run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
+  run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
+  run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
   run nvshmem-small 110 tests/gpu/suites/nvshmem-small.yaml
   run proxy-smoke 80 tests/gpu/suites/proxy-smoke.yaml -- --expect 'bench=stalled-proxy=failed'
 }
