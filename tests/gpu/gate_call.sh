@@ -3,11 +3,10 @@
 # carried), then the `checks` group with the time the call has left; the outputs packed so that at
 # most 8 files come back under $OUT (gate-summary.txt, gate-status.txt, checks-summary.txt, info.json,
 # logs.tgz, runs.tgz). GATE_S: the gate's limit (default 480); CALL_S: the whole call's (585).
-# The GPU gate on this tree (its commit in .commit), then the checks group with the time left; the
-# outputs packed so that at most 8 files come back.
+# GATE_GROUPS="build tests checks": those groups instead of the default run (then it is not the gate).
 export OUT; cd "$(dirname "$0")/../.."; echo "commit $(cat .commit)"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 G=$OUT/gate; mkdir -p $G
-OUT=$G timeout ${GATE_S:-480} bash tests/gpu/session.sh > $G/session.log 2>&1; echo "gate rc=$? after $SECONDS s"
+OUT=$G timeout ${GATE_S:-480} bash tests/gpu/session.sh ${GATE_GROUPS:-} > $G/session.log 2>&1; echo "gate rc=$? after $SECONDS s"
 cat $G/status.txt; grep -E "^== " $G/summary.txt
 left=$((${CALL_S:-585} - SECONDS))
 if [ $left -gt 90 ]; then
