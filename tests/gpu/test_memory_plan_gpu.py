@@ -48,8 +48,8 @@ def cases() -> list[tuple[str, Case]]:
     moe = dict(model="deepseek-v3", overlap="none")
     distopt = suite_case("training.yaml", "distopt", "nccl", "bfloat16", model="llama3-70b",
                          overlap_grad_reduce=True, overlap_param_gather=True)
+    # symm_a2av needs 2 or more ranks (torch's NVSHMEM backend): not in this one-process test
     return [
-        ("moe symm_a2av deepseek-v3", suite_case("moe-layer.yaml", "prefill", "symm_a2av", "bfloat16", **moe)),
         ("moe ipc deepseek-v3", suite_case("moe-layer.yaml", "prefill", "ipc", "bfloat16", **moe)),
         # one layer of the 70B: fits 80 GB (two layers' check needs more than an H100 has)
         ("distopt llama3-70b (1 layer)", with_params(distopt, layers=1)),

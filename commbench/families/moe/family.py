@@ -110,6 +110,8 @@ class MoeFamily(Family):
             # the layer's tokens come from params.tokens (or the phase), the other ops' from sizes
             return ("params.tokens" if case.op == "layer" else "sizes",
                     f"low-latency mode takes at most {LL_SMEM_TOKENS} tokens per rank")
+        if case.backend == "symm_a2av" and case.ranks < 2:
+            return ("ranks", "torch's symmetric-memory all-to-all (its NVSHMEM backend) needs 2 or more ranks")
         if case.op == "layer":
             return layer_plan.impossible(case, prm)
         return layer_plan.deepep_refusal(case, prm)   # DeepEP's own hidden sizes and rank counts
