@@ -38,8 +38,12 @@ class Evidence:
     busy_single: str = ""
 
 
+# Past this log-ratio a percentage is shown as infinite (exp overflows a float near 709.8).
+LOG_CAP = 700.0
+
+
 def _pct(log_ratio: float) -> float:
-    return 100.0 * math.expm1(log_ratio) if log_ratio < 700 else math.inf
+    return 100.0 * math.expm1(log_ratio) if log_ratio < LOG_CAP else math.inf
 
 
 def format_floor(pct: float) -> str:

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from . import noise
-from .compare_rule import Evidence, format_floor, judge
+from .compare_rule import LOG_CAP, Evidence, format_floor, judge
 
 MEDIAN_OF_RUNS = 3    # a side with this many runs or more takes the median of its runs' times
 UNSTABLE_PCT = 10.0   # a point whose samples or repeats spread wider than this is marked unstable
@@ -87,12 +87,18 @@ def _gmean_rows(matrix: np.ndarray) -> np.ndarray:
         return np.exp(np.nanmean(logs, axis=1)) if matrix.size else np.full(len(matrix), np.nan)
 
 
+def _pct_of_logs(logs: np.ndarray) -> np.ndarray:
+    """Percentages of log-ratios, rounded to 0.01; infinite past LOG_CAP (compare_rule._pct's rule)."""
+    with np.errstate(over="ignore"):
+        return np.where(logs < LOG_CAP, np.round(100.0 * np.expm1(np.minimum(logs, LOG_CAP)), 2), np.inf)
+
+
 def _ratio_columns(d: np.ndarray, pbs, pns) -> dict:
-    ratio = np.exp(np.minimum(d, 700.0))
+    ratio = np.exp(np.minimum(d, LOG_CAP))
     bb, bn = _gmean_rows(_matrix(pbs, "busbw")), _gmean_rows(_matrix(pns, "busbw"))
     with np.errstate(all="ignore"):
         busbw = np.where((bb > 0) & (bn > 0), np.round(bn / bb, 4), np.nan)
-    change = np.where(d < 690.0, np.round(100.0 * np.expm1(np.minimum(d, 690.0)), 2), np.inf)
+    change = _pct_of_logs(d)
     return {"time_ratio": np.round(ratio, 4), "busbw_ratio": busbw, "change_pct": change}
 
 
@@ -143,7 +149,7 @@ def decide(pbs: list, pns: list, settings, curve_of, busy_single: str = "") -> d
     mirrored = noise.mirror_selected(z)
     between = np.maximum(_between_pct(lb), _between_pct(ln))
     floor_log = z_detect * se
-    noise_pct = np.where(floor_log < 700, np.round(100.0 * np.expm1(np.minimum(floor_log, 700)), 2), np.inf)
+    noise_pct = _pct_of_logs(floor_log)
     unstable = (100.0 * s > UNSTABLE_PCT) | (between > UNSTABLE_PCT)
     verdicts, whys, repeats = [], [], []
     for i in range(len(d)):
