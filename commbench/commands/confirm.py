@@ -57,10 +57,12 @@ def _cell(value) -> str:
 def _case_of(point: pd.Series, new_runs: list, by_id: dict, by_key: dict):
     """The Case behind a point: NEW's row for it gives the case_id; when NEW's suite file no longer
     has that id (the file was edited), the one Case with the point's key."""
-    for run in new_runs:
+    from ..analysis.compare import DISAMBIGUATE, KEY, KEY_OPTIONAL
+
+    for run in new_runs:   # every key column the point has (in_place, timing...), not CASE_KEY alone
         rows = run.results
         hit = pd.Series(True, index=rows.index)
-        for col in CASE_KEY:
+        for col in dict.fromkeys(KEY + KEY_OPTIONAL + DISAMBIGUATE):
             if col in rows.columns and col in point.index:
                 hit &= _cells(rows[col]) == _cell(point[col])
         for cid in rows.loc[hit, "case_id"].astype(str) if "case_id" in rows.columns else []:
@@ -92,9 +94,10 @@ def cut_suite(suite, worse: pd.DataFrame, new_runs: list) -> tuple[object, list]
 
 
 def _same_point(fresh: pd.DataFrame, point: pd.Series) -> pd.DataFrame:
+    from ..analysis.compare import DISAMBIGUATE, KEY, KEY_OPTIONAL
+
     hit = pd.Series(True, index=fresh.index)
-    for col in fresh.columns.intersection(list(CASE_KEY) + ["in_place", "register", "offset_bytes",
-                                                             "traffic", "timing"]):
+    for col in fresh.columns.intersection(list(dict.fromkeys(KEY + KEY_OPTIONAL + DISAMBIGUATE))):
         if col in point.index:
             hit &= _cells(fresh[col]) == _cell(point[col])
     return fresh[hit]

@@ -44,6 +44,25 @@ def test_rejudge_keeps_what_reproduces_and_drops_what_does_not():
     assert small.loc[0, "confirm"] == NOT_REPRODUCED
 
 
+def test_the_case_cut_tells_in_place_from_out_of_place(tmp_path):
+    from types import SimpleNamespace
+
+    from commbench.commands.confirm import cut_suite
+    from commbench.suite import load_suite
+
+    (tmp_path / "s.yaml").write_text("name: s\ndefaults: {ranks: 2, sizes: [4KiB, 8KiB], iters: 3}\nbenchmarks:\n"
+                                     "  - {name: b, family: collectives, backends: [mpi], ops: [all_gather],\n"
+                                     "     params: {in_place: [false, true]}}\n")
+    suite = load_suite(tmp_path / "s.yaml", gpu_count=0)
+    rows = pd.DataFrame([dict(family=c.family, op=c.op, backend=c.backend, variant=c.variant, dtype=c.dtype,
+                              size_bytes=c.size_bytes, world_size=c.ranks, in_place=c.param("in_place"),
+                              case_id=c.case_id) for c in suite.cases])
+    worse = rows[(rows["in_place"] == True) & (rows["size_bytes"] == 8192)].drop(columns="case_id")  # noqa: E712
+    cut, lost = cut_suite(suite, worse, [SimpleNamespace(results=rows)])
+    assert lost == [] and [(c.size_bytes, c.param("in_place")) for c in cut.cases] == [(8192, True)]
+    assert [list(l.case_ids) for l in cut.launches] == [[cut.cases[0].case_id]]
+
+
 def test_confirm_needs_the_gate_and_new_s_suite_file(tmp_path):
     res = CliRunner().invoke(cli, ["compare", str(RUNS / "cpu-base"), str(RUNS / "cpu-slow2x"), "--confirm", "2"])
     assert res.exit_code == 2 and "--confirm re-measures the points the gate finds worse" in res.output
