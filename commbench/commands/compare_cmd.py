@@ -77,14 +77,15 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
     _check_compare_options(threshold_pct, alpha, fail_above_pct, allow_inconclusive, confirm_n)
     base_paths, new_paths = split_sides(runs)
     if confirm_n:
-        from .confirm import suite_file_of
+        from .confirm import check_confirm_out, suite_file_of
 
         suite_file_of(expand(new_paths))   # exit 2 before anything is compared or measured
+        check_confirm_out(confirm_out)
     b, n = load_side(base_paths), load_side(new_paths)
     settings = CompareSettings(threshold_pct=threshold_pct, alpha=alpha, correction=correction)
     points = compare_runs(b, n, settings)
     confirmation = None
-    if confirm_n:
+    if confirm_n and not points.empty:
         from .confirm import confirm
         from .start import stopping_cleanly
 

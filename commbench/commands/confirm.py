@@ -2,15 +2,19 @@
 
 The NEW Cases the gate found worse are measured again here, N passes of the suite NEW ran cut down
 to those Cases (each pass runs every one of them once, so a disturbance that comes and goes touches
-them alike, not one Case's repeats), and judged again against BASE with the fresh runs as NEW.
-A point whose fresh runs are worse by more than the gate stays failing ("confirmed"); one they show
-unchanged, better or worse by less is "not reproduced" and no longer fails; one they cannot tell
-stays for the gate to call inconclusive. A point that cannot be measured again (its Case is not in
-NEW's suite, or its fresh row is not ok) keeps its first verdict. docs/report.md, "compare --confirm".
+them alike, not one Case's repeats), and judged again against BASE with the fresh runs as NEW. A
+point whose fresh runs are worse by more than the gate stays failing ("confirmed": judged worse
+again, or beyond its noise floor at the same significance, since the mirror test and the correction
+over every point were passed by the first comparison and a handful of re-measured points cannot pass
+them again); one they show unchanged, better or worse by the gate or less is "not reproduced" and no
+longer fails; one that moved up by more within its noise stays for the gate to call inconclusive. A
+point that cannot be measured again (its Case is not in NEW's suite, or its fresh row is not ok)
+keeps its first verdict. docs/report.md, "compare --confirm".
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,90 +49,125 @@ def suite_file_of(new_paths: list[Path]) -> Path:
     return copy
 
 
-def _cells(col: pd.Series) -> pd.Series:
-    """A key column as text, an empty cell (None or NaN) as ""."""
-    return col.astype(object).where(col.notna(), "").astype(str)
+def check_confirm_out(out: Path | None) -> None:
+    """--confirm-out must be a new or empty folder (its runs are repeat-1 ... repeat-N)."""
+    if out is not None and Path(out).exists() and (not Path(out).is_dir() or any(Path(out).iterdir())):
+        raise CommbenchError(f"--confirm-out {out} already exists and is not an empty folder: choose another "
+                             "(the fresh runs go to DIR/repeat-1 ... repeat-N).")
 
 
-def _cell(value) -> str:
-    return "" if value is None or value != value else str(value)
+def _norm(value) -> str:
+    """A key value as text the way both sides agree on: empty (None, NaN) as "", a whole number as an
+    integer whatever its type (a column with blanks reads 4096 as 4096.0)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, (bool, str)) or not hasattr(value, "__float__"):
+        return str(value)
+    number = float(value)
+    if number != number:
+        return ""
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+def _key_columns() -> list[str]:
+    from ..analysis.compare import DISAMBIGUATE, KEY, KEY_OPTIONAL
+
+    return list(dict.fromkeys(KEY + KEY_OPTIONAL + DISAMBIGUATE))
+
+
+def _rows_of(rows: pd.DataFrame, point: pd.Series) -> pd.DataFrame:
+    """The rows of ``rows`` with the point's value in every key column both have."""
+    hit = pd.Series(True, index=rows.index)
+    for col in rows.columns.intersection(_key_columns()):
+        if col in point.index:
+            hit &= rows[col].map(_norm) == _norm(point[col])
+    return rows[hit]
 
 
 def _case_of(point: pd.Series, new_runs: list, by_id: dict, by_key: dict):
-    """The Case behind a point: NEW's row for it gives the case_id; when NEW's suite file no longer
-    has that id (the file was edited), the one Case with the point's key."""
-    from ..analysis.compare import DISAMBIGUATE, KEY, KEY_OPTIONAL
+    """(the Case behind a point, or None and why). NEW's rows for the point give its case_id; when
+    NEW's suite file no longer has that id (the file was edited), the one Case with the point's key."""
+    ids = set()
+    for run in new_runs:
+        if "case_id" in run.results.columns:
+            ids |= set(_rows_of(run.results, point)["case_id"].astype(str))
+    known = sorted(i for i in ids if i in by_id)
+    if len(known) > 1:   # twins compare pairs by case_id only: it cannot tell which of them moved
+        return None, f"{len(known)} Cases of NEW share this point's key"
+    if known:
+        return by_id[known[0]], ""
+    matches = by_key.get(tuple(_norm(point.get(c)) for c in CASE_KEY), [])
+    if len(matches) == 1:
+        return matches[0], ""
+    return None, "no Case for it in NEW's suite" if not matches else f"{len(matches)} Cases of NEW's suite fit its key"
 
-    for run in new_runs:   # every key column the point has (in_place, timing...), not CASE_KEY alone
-        rows = run.results
-        hit = pd.Series(True, index=rows.index)
-        for col in dict.fromkeys(KEY + KEY_OPTIONAL + DISAMBIGUATE):
-            if col in rows.columns and col in point.index:
-                hit &= _cells(rows[col]) == _cell(point[col])
-        for cid in rows.loc[hit, "case_id"].astype(str) if "case_id" in rows.columns else []:
-            if cid in by_id:
-                return by_id[cid]
-    matches = by_key.get(tuple(_cell(point.get(c)) for c in CASE_KEY), [])
-    return matches[0] if len(matches) == 1 else None
 
-
-def cut_suite(suite, worse: pd.DataFrame, new_runs: list) -> tuple[object, list]:
-    """``suite`` cut down to the Cases of the ``worse`` points; the index labels of those it has no
-    Case for."""
+def cut_suite(suite, worse: pd.DataFrame, new_runs: list) -> tuple[object, dict]:
+    """``suite`` cut down to the Cases of the ``worse`` points; {index label: why} of the points it
+    cannot re-measure."""
     from ..suite.launches import group_launches
 
     by_id = {c.case_id: c for c in suite.cases}
     by_key: dict[tuple, list] = {}
     for c in suite.cases:
-        key = tuple(str(v) for v in (c.family, c.op, c.backend, c.variant, c.dtype, c.size_bytes, c.ranks))
+        key = tuple(_norm(v) for v in (c.family, c.op, c.backend, c.variant, c.dtype, c.size_bytes, c.ranks))
         by_key.setdefault(key, []).append(c)
-    kept, lost = {}, []
+    kept, lost = {}, {}
     for label, point in worse.iterrows():
-        case = _case_of(point, new_runs, by_id, by_key)
+        case, why = _case_of(point, new_runs, by_id, by_key)
         if case is None:
-            lost.append(label)
+            lost[label] = why
         else:
             kept[case.case_id] = case
     cases = [c for c in suite.cases if c.case_id in kept]   # the suite's own order
     return dataclasses.replace(suite, cases=cases, launches=group_launches(cases)), lost
 
 
-def _same_point(fresh: pd.DataFrame, point: pd.Series) -> pd.DataFrame:
-    from ..analysis.compare import DISAMBIGUATE, KEY, KEY_OPTIONAL
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
 
-    hit = pd.Series(True, index=fresh.index)
-    for col in fresh.columns.intersection(list(dict.fromkeys(KEY + KEY_OPTIONAL + DISAMBIGUATE))):
-        if col in point.index:
-            hit &= _cells(fresh[col]) == _cell(point[col])
-    return fresh[hit]
+
+def reproduced(row: pd.Series, fail_above_pct: float, alpha: float) -> str:
+    """What the fresh runs say of a point the first comparison found worse: CONFIRMED when it is
+    worse again by more than the gate (judged, or: beyond its noise floor at the same significance:
+    the mirror test and the correction over every point were passed by the first comparison, and a
+    few re-measured points cannot pass them again), NOT_REPRODUCED when it moved up by the gate or
+    less, else UNSURE."""
+    change, floor, p = _number(row.get("change_pct")), _number(row.get("noise_pct")), _number(row.get("p_adjusted"))
+    if row["verdict"] == "worse" and change > fail_above_pct:
+        return CONFIRMED
+    if row["verdict"] in ("unchanged", "better") or not change > fail_above_pct:
+        return NOT_REPRODUCED
+    if change >= floor and p < alpha:   # NaN fails both
+        return CONFIRMED
+    return UNSURE
 
 
 def rejudge(points: pd.DataFrame, worse: pd.DataFrame, fresh: pd.DataFrame, repeats: int,
-            fail_above_pct: float, lost: list) -> pd.DataFrame:
+            fail_above_pct: float, lost: dict, alpha: float = 0.05) -> pd.DataFrame:
     """``points`` with each worse point judged again from ``fresh`` (BASE against the fresh runs)."""
     out = points.copy()
     out["confirm"] = ""
     for label, point in worse.iterrows():
         first = f"first run {point['change_pct']:+.1f} %" if pd.notna(point.get("change_pct")) else "first run worse"
-        match = _same_point(fresh, point) if label not in lost else fresh.iloc[0:0]
+        match = _rows_of(fresh, point) if label not in lost else fresh.iloc[0:0]
         if len(match) != 1 or match.iloc[0]["verdict"] in ("missing", "not comparable", "new"):
-            why = "no Case for it in NEW's suite" if label in lost else (
-                f"its re-run: {match.iloc[0]['why']}" if len(match) == 1 else "not in the re-runs")
+            why = lost.get(label) or (f"its re-run: {match.iloc[0]['why']}" if len(match) == 1 else
+                                      "not in the re-runs" if match.empty else "several re-run rows share its key")
             out.loc[label, "confirm"] = NOT_REMEASURED
             out.loc[label, "why"] = f"{point['why']}; {NOT_REMEASURED} ({why}): its first verdict stands"
             continue
         row = match.iloc[0]
-        ratio = pd.to_numeric(pd.Series([row["time_ratio"]]), errors="coerce").iloc[0]
-        if row["verdict"] == "worse" and ratio > 1.0 + fail_above_pct / 100.0:
-            state = CONFIRMED
-        elif row["verdict"] == UNSURE:
-            state = UNSURE
-        else:
-            state = NOT_REPRODUCED
+        state = reproduced(row, fail_above_pct, alpha)
         for col in fresh.columns.intersection(out.columns):
             out.at[label, col] = row[col]
+        if state == CONFIRMED:
+            out.loc[label, "verdict"] = "worse"   # the gate fails it, mirror test or not
         out.loc[label, "confirm"] = state
-        tail = f": {row['why']}" if _cell(row["why"]) else ""
+        tail = f": {row['why']}" if _norm(row["why"]) else ""
         out.loc[label, "why"] = f"{state} by {repeats} re-run(s) on this machine ({first}){tail}"
     return out
 
@@ -152,7 +191,7 @@ def confirm(points: pd.DataFrame, worse: pd.DataFrame, base_runs: list, new_path
     cut, lost = cut_suite(suite, worse, new_runs)
     if not cut.cases:
         return Confirmation(rejudge(points, worse, pd.DataFrame(columns=points.columns), repeats,
-                                    fail_above_pct, lost), None,
+                                    fail_above_pct, lost, settings.alpha), None,
                             f"confirm: none of the {len(worse)} worse point(s) has a Case in {folders[0]}/suite.yaml")
 
     def run_one(out_dir, again, before_finish=None):   # the fresh runs need rows only: no plots or report
@@ -161,7 +200,7 @@ def confirm(points: pd.DataFrame, worse: pd.DataFrame, base_runs: list, new_path
 
     dirs = run_repeats(cut, out, repeats, resume=False, run_one=run_one)
     fresh = compare_runs(base_runs, load_side(dirs), settings)
-    judged = rejudge(points, worse, fresh, repeats, fail_above_pct, lost)
+    judged = rejudge(points, worse, fresh, repeats, fail_above_pct, lost, settings.alpha)
     counts = judged.loc[worse.index, "confirm"].value_counts()
     told = ", ".join(f"{int(counts.get(s, 0))} {s}" for s in (CONFIRMED, NOT_REPRODUCED, UNSURE, NOT_REMEASURED)
                      if counts.get(s, 0))

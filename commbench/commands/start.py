@@ -27,7 +27,7 @@ def stopping_cleanly(resume_hint: str = " (continue with --resume)"):
     except OSError as exc:   # the run folder's filesystem failed mid-run (a full disk is StorageFull)
         where = f"{exc.filename}: " if exc.filename else ""
         click.echo(f"commbench: error: {where}{exc.strerror or exc}; the run stopped. Every Case stored so "
-                   "far is kept (continue with --resume)", err=True)
+                   f"far is kept{resume_hint}", err=True)
         sys.exit(1)
     finally:
         signal.signal(signal.SIGTERM, previous)
