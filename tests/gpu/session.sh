@@ -33,6 +33,8 @@
 #   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
 #             NCCL Inspector beside our plugin
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
+#   uccl      UCCL-EP (DeepEP's API over CPU proxies) built from source with the carried .uccl/ folder
+#             (tests/gpu/build_uccl_ep.sh): does it build, does `uccl.ep` import on a machine without a NIC
 #   fit       suites/moe-layer.yaml and suites/training.yaml at 1 rank: whole shipped suites whose largest
 #             Cases exceed an 80 GB card (each is skipped with its memory plan, never an OOM)
 #   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
@@ -224,6 +226,10 @@ group_fit() {   # the shipped suites that ran out of memory on H100 80GB before 
   run moe-layer-1 300 suites/moe-layer.yaml --set ranks=1
   run training-1 200 suites/training.yaml --set ranks=1
 }
+group_uccl() {   # UCCL-EP built from its source beside commbench (needs .uccl/ carried: build_uccl_ep.sh)
+  if [ -d .uccl ]; then cmd uccl-ep-build "$(limit uccl 480)" bash tests/gpu/build_uccl_ep.sh .uccl
+  else echo "== uccl-ep-build: skipped, no .uccl/ here (tests/gpu/build_uccl_ep.sh says what it holds)" >> "$S"; fi
+}
 group_parity() {
   local tgz=${NCCL_TESTS_TGZ:-$TP/nccl-tests-2.19.6.tar.gz} P=/tmp/parity-out work bin
   rm -rf "$P"
@@ -247,7 +253,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit uccl parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)
