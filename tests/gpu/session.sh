@@ -227,7 +227,7 @@ group_fit() {   # the shipped suites that ran out of memory on H100 80GB before 
   run training-1 200 suites/training.yaml --set ranks=1
 }
 group_uccl() {   # UCCL-EP built from its source beside commbench (needs .uccl/ carried: build_uccl_ep.sh)
-  if [ -d .uccl ]; then cmd uccl-ep-build "$(limit uccl 480)" bash tests/gpu/build_uccl_ep.sh .uccl
+  if [ -d .uccl ]; then cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl
   else echo "== uccl-ep-build: skipped, no .uccl/ here (tests/gpu/build_uccl_ep.sh says what it holds)" >> "$S"; fi
 }
 group_parity() {
