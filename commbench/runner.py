@@ -264,7 +264,7 @@ class _MemoryBudget:
     before set-up (agreed by every rank), the peak the Case took, and the release after it."""
 
     def __init__(self, fam, case: Case, ctx: RankContext):
-        self.world, self.plan, self.free, self.tracker = ctx.world, None, None, None
+        self.world, self.plan, self.free, self.tracker, self.held = ctx.world, None, None, None, None
         self.skip_reason, mine = None, None
         if ctx.device.startswith("cuda") and case.backend not in CPU_BACKENDS and fam.needs_gpu_for(case):
             try:
@@ -273,6 +273,7 @@ class _MemoryBudget:
                 traceback.print_exc()
             memory.release_cached_memory()   # what the last Case cached is free for this one
             self.free = memory.device_free(ctx.device, ctx.ranks_per_gpu)
+            self.held = memory.torch_held_bytes(ctx.device)
             if self.plan is not None and self.free is not None:
                 mine = memory.fit_reason(self.plan, self.free, ctx.ranks_per_gpu)
         for rank, why in enumerate(self.world.allgather(mine)):   # every rank takes the same branch
@@ -288,6 +289,8 @@ class _MemoryBudget:
             out["mem_estimate_bytes"] = self.plan.peak_bytes
         if self.free is not None:
             out["mem_free_bytes"] = self.free.share_bytes
+        if self.held is not None:
+            out["mem_torch_held_bytes"] = self.held
         return out
 
     def after_setup(self) -> None:

@@ -26,7 +26,7 @@ HEADROOM_BYTES = 1 << 30
 LEFT_BEHIND_BYTES = 64 << 20
 OOM_MARKERS = ("out of memory", "outofmemory", "cudaerrormemoryallocation", "cuda_error_out_of_memory",
                "failed to allocate", "nvshmem_malloc")
-MEMORY_COLUMNS = ("mem_estimate_bytes", "mem_peak_bytes", "mem_free_bytes")
+MEMORY_COLUMNS = ("mem_estimate_bytes", "mem_peak_bytes", "mem_free_bytes", "mem_torch_held_bytes")
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,15 @@ def device_free(device: str, ranks_per_gpu: int | None) -> DeviceFree | None:
         return None
     free, name = seen
     return DeviceFree(free, free // max(1, ranks_per_gpu or 1), name)
+
+
+def torch_held_bytes(device: str) -> int | None:
+    """Bytes torch's tensors hold on ``device`` now (None without torch on a GPU). Between Cases it
+    should be about 0: when ``mem_free_bytes`` falls from Case to Case while this stays near 0, the
+    memory is held outside torch's allocator (NCCL, the CUDA context, IPC mappings); when this grows,
+    references to earlier Cases' tensors were kept."""
+    torch = _torch_cuda()
+    return None if torch is None else int(torch.cuda.memory_allocated(device))
 
 
 def fit_reason(plan: MemoryPlan, free: DeviceFree, ranks_per_gpu: int | None) -> str | None:

@@ -121,6 +121,14 @@ def test_a_case_that_cannot_fit_is_skipped_with_the_gpu_named(gpu_with, monkeypa
     assert row["mem_estimate_bytes"] == int(40 * GIB) and row["mem_free_bytes"] == int(30 * GIB)
 
 
+def test_the_row_says_what_torch_still_held_when_the_case_began(gpu_with, monkeypatch):
+    monkeypatch.setattr(memory, "torch_held_bytes", lambda device: 3 << 20)
+    row = measure(FakeFamily(MemoryPlan.of({"weights": 1 * GIB})), ctx(), monkeypatch)
+    assert row["status"] == "ok" and row["mem_torch_held_bytes"] == 3 << 20
+    monkeypatch.setattr(memory, "torch_held_bytes", lambda device: None)   # no torch on a GPU: no column
+    assert "mem_torch_held_bytes" not in measure(FakeFamily(None), ctx(), monkeypatch)
+
+
 def test_ranks_sharing_a_gpu_divide_its_free_memory(gpu_with, monkeypatch):
     fam = FakeFamily(MemoryPlan.of({"buffers": 30 * GIB}))
     alone = measure(fam, ctx(ranks_per_gpu=1), monkeypatch)
