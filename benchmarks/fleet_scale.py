@@ -108,16 +108,26 @@ def build_folder(path: Path, n_points: int, seed: int, regressed: bool) -> None:
                 lines.append(json.dumps(_row(cid, host, op, size, times.max(axis=0))))
                 samples += [{"case_id": cid, "rank": r, "host": host, "gpu": r, "iteration": i,
                              "time_us": round(float(times[r, i]), 3)} for r in range(RANKS) for i in range(ITERS)]
-        if len(samples) >= 200_000:
-            folder.append_samples(samples)
-            samples = []
-    if samples:
-        folder.append_samples(samples)
-    files.append(path, "results.jsonl", ("\n".join(lines) + "\n").encode())
-    folder.rewrite_csv()    # the writer reads its JSONL back and writes results.csv from it
+        samples = _flush(folder, samples)
+    _write_rows(folder, path, lines, samples)
     folder.write_meta({"suite": "fleet-scale", "hosts": hosts, "started_utc": "2026-12-07T00:00:00Z",
                        "synthetic": "benchmarks/fleet_scale.py"})
     (path / "suite.yaml").write_text(RULES)
+
+
+def _flush(folder, samples: list, at_least: int = 200_000) -> list:
+    """Append the samples once there are ``at_least`` of them (memory stays bounded); what is left."""
+    if samples and len(samples) >= at_least:
+        folder.append_samples(samples)
+        return []
+    return samples
+
+
+def _write_rows(folder, path: Path, lines: list[str], samples: list) -> None:
+    """The last samples, then the rows: results.jsonl, and results.csv the writer makes from it."""
+    _flush(folder, samples, at_least=1)
+    files.append(path, "results.jsonl", ("\n".join(lines) + "\n").encode())
+    folder.rewrite_csv()
 
 
 def _row(cid: str, host: str, op: str, size_bytes: int, slowest_us: np.ndarray) -> dict:
@@ -172,13 +182,8 @@ def build_pairs_folder(path: Path, n_nodes: int, n_rounds: int, seed: int = 3) -
             lines.append(json.dumps(row))
             samples += [{"case_id": cid, "rank": r, "host": pair[r], "gpu": 0, "iteration": i,
                          "time_us": round(float(times[r, i]), 3)} for r in range(2) for i in range(PAIR_ITERS)]
-        if len(samples) >= 200_000:
-            folder.append_samples(samples)
-            samples = []
-    if samples:
-        folder.append_samples(samples)
-    files.append(path, "results.jsonl", ("\n".join(lines) + "\n").encode())
-    folder.rewrite_csv()
+        samples = _flush(folder, samples)
+    _write_rows(folder, path, lines, samples)
     records = [r for i, h in enumerate(hosts) for r in health_records(
         h, {faults["xid"]: "xid", faults["pcie"]: "pcie"}.get(h, "none"), launch_id=i)]
     append_health(path, [{**r, "schema": 1, "time_utc": "2026-12-07T00:00:00+00:00", "launch_hosts": [r["host"]]}

@@ -90,7 +90,7 @@ def compare_cmd(runs: tuple[Path, ...], threshold_pct: float, alpha: float, corr
         from .start import stopping_cleanly
 
         with stopping_cleanly(resume_hint=""):
-            confirmation = confirm(points, regressions(points, fail_above_pct), b, new_paths, settings,
+            confirmation = confirm(points, regressions(points, fail_above_pct), b, n, settings,
                                    fail_above_pct, confirm_n, confirm_out, quiet=True)
         points = confirmation.points
     outcome = gate(points, fail_above_pct, allow_inconclusive) if fail_above_pct is not None else None

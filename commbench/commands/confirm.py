@@ -172,20 +172,19 @@ def rejudge(points: pd.DataFrame, worse: pd.DataFrame, fresh: pd.DataFrame, repe
     return out
 
 
-def confirm(points: pd.DataFrame, worse: pd.DataFrame, base_runs: list, new_paths: list[Path],
+def confirm(points: pd.DataFrame, worse: pd.DataFrame, base_runs: list, new_runs: list,
             settings, fail_above_pct: float, repeats: int, out: Path | None, quiet: bool) -> Confirmation:
-    """Re-measure the ``worse`` points' Cases ``repeats`` times into ``out`` and judge them again."""
+    """Re-measure the ``worse`` points' Cases ``repeats`` times into ``out`` and judge them again
+    (``base_runs``, ``new_runs``: the runs compare loaded, each side's folders expanded)."""
     from ..analysis.compare import compare_runs
-    from ..analysis.runsets import expand, load_side
+    from ..analysis.runsets import load_side
     from ..launch.repeat import run_repeats
-    from ..runfolder.reader import load_run
     from .options import load
     from .start import execute
 
     if worse.empty:
         return Confirmation(points, None, "confirm: no point was worse beyond the gate; nothing re-measured")
-    folders = expand(new_paths)
-    new_runs = [load_run(p) for p in folders]
+    folders = [run.path for run in new_runs]
     overrides = dict(new_runs[0].meta.get("overrides") or {})
     suite = load(suite_file_of(folders), overrides, None, None)
     cut, lost = cut_suite(suite, worse, new_runs)

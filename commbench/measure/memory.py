@@ -26,7 +26,6 @@ HEADROOM_BYTES = 1 << 30
 LEFT_BEHIND_BYTES = 64 << 20
 OOM_MARKERS = ("out of memory", "outofmemory", "cudaerrormemoryallocation", "cuda_error_out_of_memory",
                "failed to allocate", "nvshmem_malloc")
-MEMORY_COLUMNS = ("mem_estimate_bytes", "mem_peak_bytes", "mem_free_bytes", "mem_torch_held_bytes")
 
 
 @dataclass(frozen=True)
