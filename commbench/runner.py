@@ -25,7 +25,7 @@ from .runfolder import RunFolder, case_row
 from .runfolder.writer import STORAGE_FULL_EXIT
 from .world import World
 from .measure import device as device_binding
-from .measure import bitwise, memory, native_loop, step_split, timing
+from .measure import api_kernel, bitwise, memory, native_loop, step_split, timing
 from .measure.state import CaseState
 
 
@@ -140,6 +140,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
             if tampered:  # set-up loaded code (a library, a plugin) that changed the switches
                 raise _PhaseFailed("failed", tampered)
             samples, mode = _agree(world, lambda: _time(fam, case, state, world, prof))
+            calls = _agree(world, lambda: api_kernel.for_state(fam, state, world))   # api_us, kernel_only_us
             wrong_local = _agree(world, lambda: int(fam.check(state)))
             bits = (_agree(world, lambda: bitwise.local_pass(state.bitwise, case.bitwise_repeats, world.rank,
                                                              world.allgather)) if case.bitwise_repeats else None)
@@ -155,7 +156,7 @@ def measure_case(case: Case, ctx: RankContext, log: str) -> tuple[dict, list[dic
     report = prof.rank_report(samples, mode)
     # per-iteration columns beside time_us (a training step's phases): state.sample_columns
     gathered = world.comm.gather((world.rank, world.hostname, ctx.device, samples, report,
-                                  dict(state.sample_columns), state.timeline, bits), root=0)
+                                  dict(state.sample_columns), state.timeline, bits, calls), root=0)
     extra = dict(state.extra)
     if state.stream is not None and state.measure is None:  # which loop enqueued the timed ops
         extra.setdefault("timed_loop", "native" if state.native is not None else "python")
@@ -190,11 +191,12 @@ def _root_row(case: Case, ctx: RankContext, fam, row: dict, gathered: list, mode
         row.update(status="wrong", reason=f"{wrong} element(s) differ from the expected values")
     if case.bitwise_repeats:   # check: bitwise (measure/bitwise.py)
         bitwise.settle(row, case.bitwise_repeats, [g[7] for g in gathered], case.family)
+    row.update(api_kernel.columns([g[8] for g in gathered]))
     _store_timelines(case, ctx, [(g[0], g[6]) for g in gathered], row)
     apply_split_invariants(row)
     sample_rows = [{"case_id": case.case_id, "rank": r, "host": h, "gpu": dev, "iteration": i,
                     "time_us": t, **{k: v[i] for k, v in cols.items() if i < len(v)}}
-                   for r, h, dev, ts, _rep, cols, _tl, _bits in gathered for i, t in enumerate(ts)]
+                   for r, h, dev, ts, _rep, cols, *_rest in gathered for i, t in enumerate(ts)]
     return row, sample_rows
 
 

@@ -34,6 +34,9 @@ class CaseState:
       (measure/step_split.py); the runner stores it as timeline/<case_id>.r<rank>.json.
     - ``bitwise``: what a suite's ``check: bitwise`` needs (:class:`BitwiseHooks`); None: the family
       offers no output view, and its rows say so in ``bitwise_note`` (measure/bitwise.py).
+    - ``api_calls``: calls made one at a time after the timed batch for ``api_us`` (host clock, the
+      device waited for) and ``kernel_only_us`` (the profiler's device time) (measure/api_kernel.py);
+      0: none.
     """
 
     stream: Any = None
@@ -47,6 +50,7 @@ class CaseState:
     sample_columns: dict = field(default_factory=dict)
     timeline: dict | None = None
     bitwise: "BitwiseHooks | None" = None
+    api_calls: int = 0
 
 
 @dataclass(kw_only=True)

@@ -56,9 +56,10 @@ def requirement_problems(rows: list[dict], text: str) -> list[str]:
         return [f"require {text}: no ok row matches {sel}"]
     col, op, value = (cond.partition("==") if "==" in cond else cond.partition(">"))
     bad = [r for r in hits if not (str(r.get(col)) == value if op == "==" else _number(r.get(col)) > _number(value))]
+    def why(r):
+        return str(r.get("api_note") or r.get("profile_note") or r.get("reason"))[:120]
     return [f"require {text}: {len(bad)} of {len(hits)} rows miss it, e.g. {r.get('op')} {r.get('size_bytes')} B "
-            f"x{r.get('world_size')}: {col}={r.get(col)!r} ({str(r.get('profile_note') or r.get('reason'))[:120]})"
-            for r in bad[:1]]
+            f"x{r.get('world_size')}: {col}={r.get(col)!r} ({why(r)})" for r in bad[:1]]
 
 
 def check(rows: list[dict], run_rc: int, expect: list[tuple[list, str]], no_skip: list[list],

@@ -149,7 +149,10 @@ group_shared() {   # the default slice of the rehearsal: 2 and 4 ranks on one GP
   # the 2-rank FSDP step split from its timeline (a row that breaks an invariant comes back wrong)
   run timeline-fsdp-np2 90 tests/gpu/suites/shared-training.yaml --set ranks=2 --only fsdp \
     -- "${SHARED_NCCL[@]}" --require 'bench=fsdp:comm_us>0' --require 'bench=fsdp:compute_us>0'
-  run shared-moe 150 tests/gpu/suites/shared-moe.yaml --set ranks=4 -- --shared --no-skip 'backend=nccl*'
+  # every MoE row carries the call as a user makes it and its kernels alone (measure/api_kernel.py)
+  run shared-moe 150 tests/gpu/suites/shared-moe.yaml --set ranks=4 -- --shared --no-skip 'backend=nccl*' \
+    --require 'bench=dispatch-combine:api_us>0' --require 'bench=dispatch-combine:kernel_only_us>0' \
+    --require 'bench=layer:api_us>0' --require 'bench=layer:kernel_only_us>0'
   run shared-profile 150 tests/gpu/suites/shared-profile.yaml -- "${SHARED_NCCL[@]}" \
     --require 'bench=nccl-profiled:kernel_us>0' --require 'bench=nccl-profiled:nccl_channels>0' \
     --require 'bench=nccl-profiled:nccl_proxy_steps>0' --require 'bench=straggler:late_rank==1'

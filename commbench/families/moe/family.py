@@ -15,6 +15,7 @@ from __future__ import annotations
 from ...comm.agree import all_true
 from ...comm.context import RankContext
 from ...errors import SkipCase
+from ...measure.api_kernel import MAX_API_CALLS
 from ...measure.device import nccl_identity_clash
 from ..base import Case, Family, Param, Traffic, multiple_of
 from . import layer_plan
@@ -61,6 +62,9 @@ class MoeFamily(Family):
         "timed_loop": Param("native", (str,), "ipc, ipc_ll, nvshmem_ll: enqueue the timed batch of our "
                             "kernels from native code (Python entered once per batch) or from Python, "
                             "one ctypes call per op", choices=("native", "python")),
+        "api_calls": Param(10, (int,), "calls made one at a time after the timed batch: api_us (host "
+                           "clock, the device waited for) and kernel_only_us (the profiler's device "
+                           "time) are their medians (0: neither)", range=(0, MAX_API_CALLS)),
         "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)",
                             range=(0, LL_SMEM_TOKENS)),
         "model": Param("custom", (str,), "shape preset (hidden, experts, topk, intermediate, "
@@ -130,7 +134,9 @@ class MoeFamily(Family):
             raise SkipCase(f"num_sms ({prm['num_sms']}) exceeds this GPU's {sms} SMs")
         world = ctx.world
         if case.op == "layer":
-            return _layer_state(case, ctx, prm)
+            state = _layer_state(case, ctx, prm)
+            state.api_calls = prm["api_calls"]
+            return state
         problem = make_problem(case.size_bytes, prm, world.rank, world.size, case.dtype)
         if case.backend in OUR_BACKENDS:
             state = _our_state(case, ctx, problem, prm)
@@ -145,6 +151,7 @@ class MoeFamily(Family):
 
                 state = BaselineState(problem, case.op, case.backend, group, ctx.device)
         state.count = problem.tokens
+        state.api_calls = prm["api_calls"]
         state.extra.update(_columns(case, problem.routing, prm["hidden"]))
         tokens = state.extra.get("tokens_per_rank")
         if tokens:
