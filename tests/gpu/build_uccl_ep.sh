@@ -36,3 +36,10 @@ print("uccl-ep: import ok:", ep.__file__, [n for n in dir(ep) if not n.startswit
 print("uccl-ep: torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())
 PY
 echo "uccl-ep: import rc=$?"; grep "^uccl-ep:" "$LOG"
+# its DeepEP-compatible wrapper as uccl_deep_ep (no clash with DeepEP's deep_ep), then one rank through it
+WRAP=$(dirname "$SRC")/ep/deep_ep_wrapper/deep_ep
+[ -d "$WRAP" ] && rm -rf /tmp/uccl-ep/uccl_deep_ep && cp -r "$WRAP" /tmp/uccl-ep/uccl_deep_ep
+for mode in normal ll; do
+  timeout "${T_UCCL_PROBE:-60}" python3 "$(dirname "$0")/probe_uccl_ep.py" $mode >> "$LOG" 2>&1
+  echo "uccl-ep: probe $mode rc=$?"; grep "^uccl-ep probe ($mode)" "$LOG" | tail -n 1
+done
