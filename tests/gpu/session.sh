@@ -231,6 +231,9 @@ group_fit() {   # the shipped suites that ran out of memory on H100 80GB before 
 }
 group_uccl() {   # UCCL-EP built from its source beside commbench (needs .uccl/ carried: build_uccl_ep.sh)
   if [ -d .uccl ]; then cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl
+    # its rows beside DeepEP's and ours: run, or skipped with UCCL-EP's own error
+    PYTHONPATH=$PYTHONPATH:/tmp/uccl-ep/site:/tmp/uccl-ep LD_LIBRARY_PATH=/tmp/ibv/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} \
+      run uccl-ep-rows 150 tests/gpu/suites/uccl-ep.yaml -- --shared
   else echo "== uccl-ep-build: skipped, no .uccl/ here (tests/gpu/build_uccl_ep.sh says what it holds)" >> "$S"; fi
 }
 group_parity() {

@@ -133,8 +133,9 @@ def test_presets_apply_to_dispatch_too(tmp_path):
 def test_layer_unsupported_reasons():
     fam = get_family("moe")
     for backend in fam.backends:
-        if backend != "deepep":
+        if backend not in ("deepep", "uccl_ep"):
             assert fam.unsupported(layer_case(backend=backend, hidden=2048)) is None, backend
+    assert "layer op does not take it" in fam.unsupported(layer_case(backend="uccl_ep", hidden=2048))
     assert fam.unsupported(layer_case(backend="deepep")) is None
     assert "configurations for" in fam.unsupported(layer_case(backend="deepep", ranks=1))
     assert "hidden in" in fam.unsupported(layer_case(backend="deepep_ll", hidden=256))

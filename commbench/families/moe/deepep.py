@@ -1,7 +1,13 @@
-"""Real DeepEP (deep_ep.Buffer, normal intranode mode) when it is importable.
+"""Real DeepEP (deep_ep.Buffer, normal intranode mode) when it is importable, and UCCL-EP through
+its DeepEP-compatible wrapper (the `uccl_ep` backend: the same Buffer API over UCCL's CPU proxies).
 
 Same inputs and routing as our kernels; combine sums the returned rows per
 token (DeepEP's intranode semantics), so the check is x * ranks reached.
+
+UCCL-EP's wrapper is a package named ``deep_ep`` inside UCCL's source (ep/deep_ep_wrapper/deep_ep);
+beside DeepEP it must be importable as ``uccl_deep_ep`` (tests/gpu/build_uccl_ep.sh puts it there,
+docs/families/moe.md says how). A UCCL-EP that imports but cannot bring its proxies up on this
+machine (no RDMA NIC, no peer memory) skips its rows with UCCL-EP's own error.
 """
 from __future__ import annotations
 
@@ -15,20 +21,41 @@ from .problem import Problem
 NVL_BUFFER_BYTES = 1 << 30
 
 
+# backend -> (the module with DeepEP's Buffer API, the library's name in reasons)
+LIBRARIES = {"deepep": ("deep_ep", "DeepEP"), "uccl_ep": ("uccl_deep_ep", "UCCL-EP")}
+
+
+def import_library(backend: str):
+    """The Buffer module of a DeepEP-API backend, or SkipCase naming the import error."""
+    import importlib
+
+    module, name = LIBRARIES[backend]
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # an ImportError, or the library failing at import
+        hint = (" (UCCL-EP's ep/deep_ep_wrapper/deep_ep, importable under that name: "
+                "tests/gpu/build_uccl_ep.sh)") if backend == "uccl_ep" else ""
+        raise SkipCase(f"{module} is not importable{hint}: {type(exc).__name__}: {exc}") from exc
+
+
 class DeepEPState(CaseState):
-    def __init__(self, p: Problem, op: str, group, device: str):
+    def __init__(self, p: Problem, op: str, group, device: str, backend: str = "deepep"):
         super().__init__()  # CaseState defaults; fields set below
-        try:
-            import deep_ep
-        except ImportError as exc:
-            raise SkipCase(f"deep_ep is not importable: {exc}") from exc
+        lib = import_library(backend)
+        name = LIBRARIES[backend][1]
         if p.fp8:
-            raise SkipCase("the DeepEP baseline here runs BF16 only")
+            raise SkipCase(f"the {name} baseline here runs BF16 only")
         self.p, self.op = p, op
         self.device = torch.device(device)
         self.stream = torch.cuda.current_stream(self.device)
         self.extra: dict = {}
-        self.buffer = deep_ep.Buffer(group, NVL_BUFFER_BYTES, 0)
+        if backend == "uccl_ep":
+            try:
+                self.buffer = lib.Buffer(group, NVL_BUFFER_BYTES, 0)
+            except Exception as exc:  # its proxies open an RDMA device this machine may lack
+                raise SkipCase(f"UCCL-EP could not start here: {type(exc).__name__}: {exc}") from exc
+        else:
+            self.buffer = lib.Buffer(group, NVL_BUFFER_BYTES, 0)
         idx, w = p.routing.of_rank(p.rank)
         self.x = ref.make_tokens(p.rank, p.tokens, p.hidden, self.device)
         self.topk_idx = idx.to(self.device)

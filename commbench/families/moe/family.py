@@ -25,7 +25,8 @@ from .presets import MODEL_CHOICES, PHASES
 IPC_BACKENDS = ("ipc", "ipc_ll")
 OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
 LL_BACKENDS = ("ipc_ll", "nvshmem_ll")
-NCCL_BACKENDS = ("nccl_a2a", "nccl_agrs", "symm_a2av", "deepep")
+NCCL_BACKENDS = ("nccl_a2a", "nccl_agrs", "symm_a2av", "deepep", "uccl_ep")
+DEEPEP_API_BACKENDS = ("deepep", "uccl_ep")   # deep_ep.Buffer's API: DeepEP, UCCL-EP's wrapper
 LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shared memory
 # Bounds past every published MoE model (DeepSeek-V3: hidden 7168, 256 experts; Mixtral: FFN 14336)
 # that keep one rank's buffers and the CPU routing (tokens x ranks x experts scores) in memory.
@@ -39,11 +40,11 @@ SEED_MAX = 2**32 - 1
 class MoeFamily(Family):
     name = "moe"
     summary = ("MoE dispatch/combine and the whole MoE layer: DeepEP-style kernels vs NCCL, "
-               "symmetric-memory and DeepEP baselines")
+               "symmetric-memory, DeepEP and UCCL-EP baselines")
     # round_trip: dispatch then combine, timed as one; layer: dispatch, experts, combine
     ops = ("dispatch", "combine", "round_trip", "layer")
     backends = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",
-                "deepep_ll")
+                "deepep_ll", "uccl_ep")
     dtypes = ("bfloat16", "float8_e4m3")
     default_dtype = "bfloat16"
     params = {
@@ -102,6 +103,9 @@ class MoeFamily(Family):
         if case.backend == "deepep_ll" and case.op != "layer":
             return ("backends", "deepep_ll runs in the layer op (its dispatch and combine alone are the "
                     "layer row's dispatch_us and combine_us)")
+        if case.backend == "uccl_ep" and case.op == "layer":
+            return ("backends", "uccl_ep runs the dispatch, combine and round_trip ops; the layer op "
+                    "does not take it yet")
         if prm["topk"] > prm["experts"]:
             return ("params.topk", f"topk ({prm['topk']}) exceeds the experts ({prm['experts']})")
         if prm["experts"] % case.ranks:
@@ -142,10 +146,10 @@ class MoeFamily(Family):
             state = _our_state(case, ctx, problem, prm)
         else:
             group = _nccl_group(ctx, case.backend)
-            if case.backend == "deepep":
+            if case.backend in DEEPEP_API_BACKENDS:
                 from .deepep import DeepEPState
 
-                state = DeepEPState(problem, case.op, group, ctx.device)
+                state = DeepEPState(problem, case.op, group, ctx.device, case.backend)
             else:
                 from .baselines import BaselineState
 

@@ -1,0 +1,61 @@
+"""The uccl_ep backend (UCCL-EP through its DeepEP-compatible wrapper, imported as uccl_deep_ep):
+what it runs, and that a machine without it, or without what its proxies need, skips its rows with
+the library's own words. Whether it runs on a GPU node is the GPU session's (tests/gpu/build_uccl_ep.sh)."""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from commbench.errors import SkipCase
+from commbench.families import get_family
+from commbench.families.moe import deepep
+
+
+def test_uccl_ep_is_a_moe_backend_of_the_dispatch_and_combine_ops():
+    fam = get_family("moe")
+    assert "uccl_ep" in fam.backends
+
+
+def test_absent_uccl_ep_skips_naming_the_module_and_where_it_comes_from(monkeypatch):
+    monkeypatch.setitem(sys.modules, "uccl_deep_ep", None)   # import raises ImportError
+    with pytest.raises(SkipCase) as exc:
+        deepep.import_library("uccl_ep")
+    assert "uccl_deep_ep is not importable" in str(exc.value) and "build_uccl_ep.sh" in str(exc.value)
+
+
+def test_a_library_that_fails_while_importing_skips_with_its_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "deep_ep", None)
+    with pytest.raises(SkipCase, match="deep_ep is not importable"):
+        deepep.import_library("deepep")
+
+
+def test_uccl_ep_that_cannot_bring_its_proxies_up_skips_with_its_own_error(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from commbench.families.moe.problem import make_problem
+
+    class Buffer:
+        def __init__(self, *args, **kw):
+            raise RuntimeError("Failed to find any RDMA device")
+
+    monkeypatch.setitem(sys.modules, "uccl_deep_ep", types.SimpleNamespace(Buffer=Buffer))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: object())
+    fam = get_family("moe")
+    prm = {k: p.default for k, p in fam.params.items()} | {"hidden": 256, "experts": 8, "topk": 2}
+    problem = make_problem(64 * 256 * 2, prm, 0, 2, "bfloat16")
+    with pytest.raises(SkipCase) as exc:
+        deepep.DeepEPState(problem, "dispatch", None, "cpu", backend="uccl_ep")
+    assert str(exc.value) == "UCCL-EP could not start here: RuntimeError: Failed to find any RDMA device"
+
+
+def test_uccl_ep_refuses_fp8_like_the_deepep_baseline(monkeypatch):
+    pytest.importorskip("torch")
+    from commbench.families.moe.problem import make_problem
+
+    monkeypatch.setitem(sys.modules, "uccl_deep_ep", types.SimpleNamespace(Buffer=object))
+    fam = get_family("moe")
+    prm = {k: p.default for k, p in fam.params.items()} | {"hidden": 256, "experts": 8, "topk": 2}
+    problem = make_problem(64 * 256 * 2, prm, 0, 2, "float8_e4m3")
+    with pytest.raises(SkipCase, match="UCCL-EP baseline here runs BF16 only"):
+        deepep.DeepEPState(problem, "dispatch", None, "cpu", backend="uccl_ep")
