@@ -20,17 +20,16 @@
 #             ranks sharing the GPU (the allreduce family's own GPU tests, 70 s, are in tests-all: the
 #             default run keeps it through shared-allreduce and allreduce-smoke)
 #   shared    ranks sharing the GPU through `commbench run` (NCCL with one NCCL_HOSTID per rank):
-#             collectives and allreduce at 2 and 4 ranks, training and MoE at 4, the FSDP step's
-#             timeline split at 2, --profile nccl at
+#             collectives, allreduce, training and MoE at 4 ranks, --profile nccl at
 #             2 and 4, a straggler named, trace, one suite inside MPI (mpiexec -n 2 commbench run),
 #             compare refusing them
-#   families  small suites: timeline-known (the step split's known answers), nccl-features, copy-smoke
+#   families  small suites: timeline-known (the step split's known answers), copy-smoke
 #             (tests/gpu/suites/); `commbench nccl` (the quick form)
-#   families-all  those and the 1-rank smoke suites nccl-smoke, allreduce-smoke (multimem skipped),
+#   families-all  those, nccl-features (registration, misalignment, alltoallv at 1 and 2 ranks) and the 1-rank smoke suites nccl-smoke, allreduce-smoke (multimem skipped),
 #             moe-smoke, nvshmem-small.yaml, proxy-smoke.yaml (a stalled proxy expected failed)
 #   checks    the memory plans against the Cases' peaks, bitwise repeatability of NCCL collectives
 #   tests-all every GPU test (checks included), the moe driver at 4, 1, 2 ranks and the MoE layer test (heavier)
-#   shared-full the shared suites in full, the MoE layer rehearsal and its broken-layer check at 4 ranks,
+#   shared-full the shared suites in full, the FSDP step split at 2 ranks, the MoE layer rehearsal and its broken-layer check at 4 ranks,
 #             NCCL Inspector beside our plugin
 #   suites    the shipped suites (collectives, allreduce-algos, nvshmem, proxy, moe at 1 rank, moe-ranks)
 #   uccl      UCCL-EP (DeepEP's API over CPU proxies) built from source with the carried .uccl/ folder
@@ -142,16 +141,14 @@ group_tests_all() {
 }
 SHARED_NCCL=(--shared --no-skip 'backend=nccl*' --no-skip 'backend=torch_nccl')
 group_shared() {   # the default slice of the rehearsal: 2 and 4 ranks on one GPU
-  # 4 ranks only here (2 ranks sharing the GPU: inside-mpi and nccl-features; both: shared-full)
+  # 4 ranks only here (2 ranks sharing the GPU: inside-mpi and shared-profile; both, and the FSDP
+  # step's timeline split at 2: shared-full)
   run shared-collectives 150 tests/gpu/suites/shared-collectives.yaml --set 'sizes=[64KiB]' --set ranks=4 \
     -- "${SHARED_NCCL[@]}" --min-rows 40
   run shared-allreduce 90 tests/gpu/suites/shared-allreduce.yaml --set 'sizes=[4MiB]' --set ranks=4 \
     -- "${SHARED_NCCL[@]}"
   run shared-training 120 tests/gpu/suites/shared-training.yaml --set ranks=4 \
     -- "${SHARED_NCCL[@]}" --expect 'bench=stale=wrong'
-  # the 2-rank FSDP step split from its timeline (a row that breaks an invariant comes back wrong)
-  run timeline-fsdp-np2 90 tests/gpu/suites/shared-training.yaml --set ranks=2 --only fsdp \
-    -- "${SHARED_NCCL[@]}" --require 'bench=fsdp:comm_us>0' --require 'bench=fsdp:compute_us>0'
   # every MoE row carries the call as a user makes it and its kernels alone (measure/api_kernel.py)
   run shared-moe 150 tests/gpu/suites/shared-moe.yaml --set ranks=4 -- --shared --no-skip 'backend=nccl*' \
     --require 'bench=dispatch-combine:api_us>0' --require 'bench=dispatch-combine:kernel_only_us>0' \
@@ -175,6 +172,9 @@ group_inside_mpi() {   # one suite of every family inside MPI: this job's proces
   verdict inside-mpi "$crc"
 }
 group_shared_full() {   # heaviest first where it matters least: collectives, Inspector, MoE, training, layer
+  # the 2-rank FSDP step split from its timeline (a row that breaks an invariant comes back wrong)
+  run timeline-fsdp-np2 90 tests/gpu/suites/shared-training.yaml --set ranks=2 --only fsdp \
+    -- "${SHARED_NCCL[@]}" --require 'bench=fsdp:comm_us>0' --require 'bench=fsdp:compute_us>0'
   run shared-collectives-full 300 tests/gpu/suites/shared-collectives.yaml -- "${SHARED_NCCL[@]}" \
     --require 'bench=ring:nccl_algo==Ring' --require 'bench=tree:nccl_algo==Tree' --require 'bench=pat:nccl_algo==PAT'
   run shared-profile-full 150 tests/gpu/suites/shared-profile.yaml --only nccl-profiled -- "${SHARED_NCCL[@]}" \
@@ -205,8 +205,6 @@ group_shared_full() {   # heaviest first where it matters least: collectives, In
 group_families() {   # the default slice (nvshmem and proxy: their GPU tests in `tests`; the 1-rank smoke
   # suites of collectives, allreduce and moe: families-all, their families run in `shared` and inside-mpi)
   run timeline-known 60 tests/gpu/suites/timeline-known.yaml   # known answers of the step split, 1 rank
-  # registration (user / window), misaligned buffers, alltoallv traffic matrices at 1 and 2 ranks
-  run nccl-features 90 tests/gpu/suites/nccl-features.yaml -- --require 'op=alltoallv:algbw_gbps>0'
   run copy-smoke 40 tests/gpu/suites/copy-smoke.yaml -- --no-skip 'op=h2d' --no-skip 'op=d2h' --no-skip 'op=d2d'
   # the quick form as nccl-tests users type it: its table printed, its run folder held to its rows
   cmd quick-nccl 60 python3 -m commbench nccl all_reduce -b 8 -e 1M -f 32 -n 20 -w 5 -g 1 --out "$R/quick-nccl"
@@ -214,6 +212,8 @@ group_families() {   # the default slice (nvshmem and proxy: their GPU tests in 
 }
 group_families_all() {
   group_families
+  # registration (user / window), misaligned buffers, alltoallv traffic matrices at 1 and 2 ranks
+  run nccl-features 90 tests/gpu/suites/nccl-features.yaml -- --require 'op=alltoallv:algbw_gbps>0'
   run nccl-smoke 60 tests/gpu/suites/nccl-smoke.yaml
   run allreduce-smoke 60 tests/gpu/suites/allreduce-smoke.yaml -- --expect 'bench=multimem=skipped'
   run moe-smoke 40 tests/gpu/suites/moe-smoke.yaml -- --no-skip 'backend=nccl*'
