@@ -35,6 +35,7 @@
 #   uccl      UCCL-EP (DeepEP's API over CPU proxies) built from source with the carried .uccl/ folder
 #             (tests/gpu/build_uccl_ep.sh): does it build, does `uccl.ep` import on a machine without a NIC;
 #             then uccl-rows
+#   short     pytest-health and the MoE rows' api_us / kernel_only_us at 2 ranks (for a call too short for the gate)
 #   uccl-rows one rank through UCCL-EP's DeepEP-compatible wrapper (probe_uccl_ep.py, normal and low
 #             latency) and tests/gpu/suites/uccl-ep.yaml (uccl_ep rows beside deepep and ipc)
 #   fit       suites/moe-layer.yaml and suites/training.yaml at 1 rank: whole shipped suites whose largest
@@ -245,6 +246,14 @@ group_uccl_rows() {   # after the build (group uccl, or gate_call.sh's beside th
   # its rows beside DeepEP's and ours: run, or skipped with UCCL-EP's own error
   PYTHONPATH=$up LD_LIBRARY_PATH=$ul run uccl-ep-rows 150 tests/gpu/suites/uccl-ep.yaml -- --shared
 }
+group_short() {   # a short call's check: this card's health record, and the MoE rows' three times
+  # (time_us, api_us, kernel_only_us) on every dispatch/combine backend at 2 ranks sharing the GPU
+  HEALTH_RECORD_DIR="$OUT/health" cmd pytest-health 90 python3 -m pytest -q -rs -s -p no:cacheprovider \
+    tests/gpu/test_health_gpu.py
+  run moe-api 120 tests/gpu/suites/shared-moe.yaml --set ranks=2 --only dispatch-combine -- --shared \
+    --no-skip 'backend=nccl*' --require 'bench=dispatch-combine:api_us>0' \
+    --require 'bench=dispatch-combine:kernel_only_us>0'
+}
 group_parity() {
   local tgz=${NCCL_TESTS_TGZ:-$TP/nccl-tests-2.19.6.tar.gz} P=/tmp/parity-out work bin
   rm -rf "$P"
@@ -268,7 +277,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit uccl uccl-rows parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit uccl uccl-rows short parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)
