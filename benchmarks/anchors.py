@@ -66,6 +66,8 @@ def section_ll(res: dict) -> tuple[list[str], bool]:
              *ll.speed_table(recs, "kernel_us"), "",
              "### Per op in a replayed CUDA graph (launches included, back to back)", "",
              *ll.speed_table(recs, "graph_us"), "",
+             "### API: one call as a user makes it (host clock around the call and a synchronize, "
+             "median)", "", *ll.speed_table(recs, "api_us"), "",
              "### Correctness (1 rank: every shape; more ranks sharing the GPU: the check shapes)", "",
              *ll.check_table(recs), ""]
     variants = sorted({r["ll_variant"] for r in recs if r.get("ll_variant")})

@@ -2,7 +2,8 @@
 
 At one rank, for the decode shapes of docs/families/moe.md (128 tokens; BF16 and FP8
 dispatch), each implementation runs in a process of its own (NVSHMEM comes up once per process)
-and reports its kernels' device times (torch profiler) and per-op times in a replayed CUDA graph;
+and reports its kernels' device times (torch profiler), per-op times in a replayed CUDA graph and the
+API time of one call (host clock around the call and a synchronize);
 the table gives ours / DeepEP per shape. Then ranks sharing the GPU run our kernels for
 correctness only (`wrong`, calc_diff). The Markdown names the machine, the date and the commit.
 
@@ -150,7 +151,9 @@ def report(recs: list[dict], info: dict, failures: list[str]) -> str:
            "## Kernel time (device duration per launch, torch profiler, median)", "",
            *speed_table(recs, "kernel_us"), "",
            "## Per op in a replayed CUDA graph (launches included, back to back)", "",
-           *speed_table(recs, "graph_us"), ""]
+           *speed_table(recs, "graph_us"), "",
+           "## API: one call as a user makes it (host clock around the call and a synchronize, "
+           "median)", "", *speed_table(recs, "api_us"), ""]
     var = variant_table(recs)
     if var:
         out += ["## Variants (ipc_ll kernel time, dispatch / combine; COMMBENCH_MOE_LL_DISPATCH, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 
 import torch
 
@@ -55,6 +56,24 @@ def kernel_us(run, iters: int) -> dict[str, float]:
             if op in ev.name:   # ours: moe::ll_dispatch, moe::ll_combine_*; DeepEP: internode_ll::
                 out[op].append(ev.time_range.elapsed_us())
     return {f"{op}_kernel_us": statistics.median(v) if v else None for op, v in out.items()}
+
+
+def api_us(fn, iters: int) -> float | None:
+    """One call as a user's code makes it: the host clock around ``fn()`` and a synchronize, the
+    median over ``iters`` calls (launch, Python and the wait included; commbench's api_us)."""
+    try:
+        times = []
+        for _ in range(iters):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(times)
+    except Exception as exc:  # noqa: BLE001 - optional like the graph: report why not
+        print(f"api timing failed: {type(exc).__name__}: {exc}", flush=True)
+        torch.cuda.synchronize()
+        return None
 
 
 def graph_us(fn, iters: int) -> float | None:
@@ -140,7 +159,9 @@ def _measure_ours(ctx, p, shape, transport, variants, out_path, iters, check_onl
                 rec = kernel_us(st.run, iters)
                 if name in ("default", *peer.DISPATCH_VARIANTS):
                     rec["dispatch_graph_us"] = graph_us(st.dispatch, iters)
+                    rec["dispatch_api_us"] = api_us(st.dispatch, iters)
                 rec["combine_graph_us"] = graph_us(st.combine, iters)
+                rec["combine_api_us"] = api_us(st.combine, iters)
                 _emit_rank0(ctx, out_path, {"impl": impl, "variant": name, "shape": shape,
                                             "dtype": p.dtype, "ranks": p.ranks, "tokens": p.tokens,
                                             "ll_variant": _label(name, peer), **rec})
@@ -273,6 +294,8 @@ def _deepep_shape(ctx, buf, shape: str, dtype: str, out_path: str, iters: int) -
     rec = kernel_us(pair, iters)
     rec["dispatch_graph_us"] = graph_us(dispatch, iters)
     rec["combine_graph_us"] = graph_us(combine, iters)
+    rec["dispatch_api_us"] = api_us(dispatch, iters)
+    rec["combine_api_us"] = api_us(combine, iters)
     dispatch()
     identity_experts()
     combine()

@@ -22,7 +22,8 @@ def anchors():
 def _ll(impl, shape, dtype, d, c):
     return {"impl": impl, "variant": "v1.2.1" if impl == "deepep_ll" else "default", "shape": shape,
             "dtype": dtype, "ranks": 1, "dispatch_kernel_us": d, "combine_kernel_us": c,
-            "dispatch_graph_us": d + 1, "combine_graph_us": c + 1,
+            "dispatch_graph_us": d + 1, "combine_graph_us": c + 1, "dispatch_api_us": d + 30,
+            "combine_api_us": c + 30,
             **({} if impl == "deepep_ll" else {"ll_variant": "dispatch=plain,combine=rows"})}
 
 
@@ -47,6 +48,8 @@ def test_report_has_every_section_and_the_verdicts(anchors):
     assert "**Verdict combine: met**" in text and "**Verdict dispatch: met**" in text
     assert "| deepseek-v3 | bfloat16 | 20.9 / 15.5 | 20.4 / 15.4 | 21.0 / 22.2 | 0.70, 0.69 |" in text
     assert "dispatch=plain,combine=rows" in text
+    api = text[text.index("### API: one call"):]   # the API table: ours vs DeepEP per call, host clock
+    assert "| deepseek-v3 | bfloat16 | 50.9 / 45.5 | 50.4 / 45.4 | 51.0 / 52.2 |" in api
     assert "**Verdict decode: met**" in text and ">= 85%: met" in text
     assert "Not run: less than 15 s" in text
     assert code == 1 and reasons == ["proxy: not run: less than 15 s of --budget-s 20 left"]
