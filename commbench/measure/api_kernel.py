@@ -9,9 +9,12 @@ time, each as a user's code would make it:
   host-side waits inside the call (DeepEP's normal dispatch waits on the CPU for the receive
   counts) and the synchronisation are all in it. Hybrid-EP's and UCCL-EP's "API" numbers.
 - ``kernel_only_us``: the device time of what that call launched (kernels, copies, memsets), from
-  the torch profiler (CUPTI): the device activity correlated with launches made inside the
-  call's own profiler range, summed. Gaps between kernels, launch latency and host waits are
-  not in it. Their "kernel only" numbers.
+  the torch profiler (CUPTI): the device activity that starts between the call's profiler range
+  and the next call's (each call ends with a synchronize, so nothing of one call runs in the
+  next one's window), as the union of its intervals (kernels that overlap on two streams count
+  once). Launches from native code (ctypes, DeepEP's and UCCL-EP's runtimes, NCCL, Triton) are in
+  it: they need not be owned by a torch op. Gaps between kernels, launch latency and host waits
+  are not. Their "kernel only" numbers.
 
 Per call the slowest rank counts (the ranks start each call together); the row holds the median
 over calls (``api_calls`` of them). A profiler that cannot start or that attributes no device
@@ -62,8 +65,8 @@ def _api_calls(run, stream, calls: int, barrier) -> list[float]:
 
 
 def _kernel_calls(run, stream, calls: int, barrier) -> tuple[list[float] | None, str]:
-    """The device time attributed to each call's range; the calls are made whatever the profiler
-    does (they may be collectives the other ranks are in)."""
+    """The device time in each call's window; the calls are made whatever the profiler does (they
+    may be collectives the other ranks are in), and the profiler is stopped whatever they do."""
     import torch
 
     prof, note = None, ""
@@ -76,54 +79,86 @@ def _kernel_calls(run, stream, calls: int, barrier) -> tuple[list[float] | None,
         prof, note = None, f"kernel_only_us: the torch profiler did not start: {type(exc).__name__}: {exc}"
     from torch.profiler import record_function
 
-    with torch.cuda.stream(stream):
-        for i in range(calls):
-            torch.cuda.synchronize()
-            barrier()
-            with record_function(f"{RANGE_PREFIX}{i}"):
-                run()
-            torch.cuda.synchronize()
+    try:
+        with torch.cuda.stream(stream):
+            for i in range(calls):
+                torch.cuda.synchronize()
+                barrier()
+                with record_function(f"{RANGE_PREFIX}{i}"):
+                    run()
+                torch.cuda.synchronize()
+    finally:
+        if prof is not None:   # never left running into the next Case's timed batch
+            try:
+                prof.__exit__(None, None, None)
+            except Exception as exc:  # noqa: BLE001
+                prof, note = None, f"kernel_only_us: the profiler did not stop: {type(exc).__name__}: {exc}"
     if prof is None:
         return None, note
     try:
-        prof.__exit__(None, None, None)
         per_call = attributed_us(prof.events(), calls)
     except Exception as exc:  # noqa: BLE001
         return None, f"kernel_only_us: the profile could not be read: {type(exc).__name__}: {exc}"
     if not any(per_call):
-        return None, "kernel_only_us: the profiler attributed no device activity to the calls"
+        return None, "kernel_only_us: the profiler saw no device activity in the calls"
     return per_call, ""
 
 
 def attributed_us(events, calls: int) -> list[float]:
-    """Per call i, the device time (us) the profiler attributes to the host range RANGE_PREFIX+i:
-    the range's ``device_time_total`` (its own and its child ops' correlated device activity)."""
-    out = [0.0] * calls
+    """Per call i, the union (us) of the device intervals that start in its window: from the host
+    range RANGE_PREFIX+i to the next call's range (the last: to the end). User annotations on the
+    device (the ranges' own copies) are not activity."""
+    events = list(events)
+    starts: dict[int, float] = {}
+    host_names = set()
     for ev in events:
-        name = getattr(ev, "name", "")
-        if not name.startswith(RANGE_PREFIX) or _on_device(ev):
+        if _on_device(ev):
             continue
-        try:
-            i = int(name[len(RANGE_PREFIX):])
-        except ValueError:
-            continue
-        if 0 <= i < calls:
-            out[i] = max(out[i], float(_device_total(ev)))
+        host_names.add(ev.name)
+        i = _call_index(ev.name, calls)
+        if i is not None:
+            starts[i] = min(starts.get(i, float("inf")), ev.time_range.start)
+    device = sorted((ev.time_range.start, ev.time_range.end) for ev in events
+                    if _on_device(ev) and not getattr(ev, "is_user_annotation", False)
+                    and ev.name not in host_names and not ev.name.startswith(RANGE_PREFIX))
+    order = sorted(starts, key=starts.get)
+    out = [0.0] * calls
+    for k, i in enumerate(order):
+        lo = starts[i]
+        hi = starts[order[k + 1]] if k + 1 < len(order) else float("inf")
+        out[i] = _union_us([iv for iv in device if lo <= iv[0] < hi])
     return out
 
 
+def _call_index(name: str, calls: int) -> int | None:
+    if not name.startswith(RANGE_PREFIX):
+        return None
+    try:
+        i = int(name[len(RANGE_PREFIX):])
+    except ValueError:
+        return None
+    return i if 0 <= i < calls else None
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by sorted (start, end) intervals, overlaps once."""
+    total, cur_lo, cur_hi = 0.0, None, None
+    for lo, hi in intervals:
+        if cur_hi is None or lo > cur_hi:
+            if cur_hi is not None:
+                total += cur_hi - cur_lo
+            cur_lo, cur_hi = lo, hi
+        else:
+            cur_hi = max(cur_hi, hi)
+    if cur_hi is not None:
+        total += cur_hi - cur_lo
+    return float(total)
+
+
 def _on_device(ev) -> bool:
-    """The device-side copy of a user range (``gpu_user_annotation``) is not the host range."""
+    """An event the device ran (a kernel, a copy, a device-side annotation), not a host one."""
     kind = getattr(ev, "device_type", None)
     return kind is not None and getattr(kind, "name", str(kind)).upper() not in ("CPU",)
-
-
-def _device_total(ev) -> float:
-    for attr in ("device_time_total", "cuda_time_total"):   # torch >= 2.4 names it device_*
-        value = getattr(ev, attr, None)
-        if value is not None:
-            return value
-    return 0.0
 
 
 def columns(per_rank: list[dict]) -> dict:

@@ -39,7 +39,8 @@ PY
 echo "uccl-ep: import rc=$?"; grep "^uccl-ep:" "$LOG"
 # its DeepEP-compatible wrapper as uccl_deep_ep (no clash with DeepEP's deep_ep), then one rank through it
 WRAP=$(dirname "$SRC")/ep/deep_ep_wrapper/deep_ep
-[ -d "$WRAP" ] && rm -rf /tmp/uccl-ep/uccl_deep_ep && cp -r "$WRAP" /tmp/uccl-ep/uccl_deep_ep
+# (its buffer.py and utils.py are links into ../../bench/: copied as files, -L)
+[ -d "$WRAP" ] && rm -rf /tmp/uccl-ep/uccl_deep_ep && cp -rL "$WRAP" /tmp/uccl-ep/uccl_deep_ep
 [ "${UCCL_PROBE:-1}" = 1 ] || exit 0   # the probes run later (session group uccl-rows)
 for mode in normal ll; do
   timeout "${T_UCCL_PROBE:-60}" python3 "$(dirname "$0")/probe_uccl_ep.py" $mode >> "$LOG" 2>&1

@@ -11,24 +11,42 @@ from commbench.measure import api_kernel as ak
 from commbench.measure.state import CaseState
 
 
-def _ev(name: str, device_us: float, device_type: str = "CPU", attr: str = "device_time_total"):
-    return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device_type), **{attr: device_us})
+def _ev(name: str, start: float, end: float, device_type: str = "CPU", annotation: bool = False):
+    return SimpleNamespace(name=name, device_type=SimpleNamespace(name=device_type),
+                           time_range=SimpleNamespace(start=start, end=end), is_user_annotation=annotation)
 
 
-def test_each_call_gets_the_device_time_of_its_own_host_range():
-    events = [_ev(ak.RANGE_PREFIX + "0", 12.0), _ev(ak.RANGE_PREFIX + "1", 30.0),
-              _ev(ak.RANGE_PREFIX + "2", 15.5), _ev("aten::copy_", 99.0)]
-    assert ak.attributed_us(events, 3) == [12.0, 30.0, 15.5]
+def _kernel(name: str, start: float, end: float):
+    return _ev(name, start, end, device_type="CUDA")
 
 
-def test_the_device_copy_of_a_range_and_foreign_names_are_not_counted():
-    events = [_ev(ak.RANGE_PREFIX + "0", 10.0), _ev(ak.RANGE_PREFIX + "0", 500.0, device_type="CUDA"),
-              _ev(ak.RANGE_PREFIX + "x", 7.0), _ev(ak.RANGE_PREFIX + "9", 7.0)]
+def test_each_call_gets_the_device_activity_that_starts_in_its_window():
+    # kernels launched from native code belong to no torch op: they count by time, not by owner
+    events = [_ev(ak.RANGE_PREFIX + "0", 0, 5), _kernel("void moe::ll_dispatch", 3, 15),
+              _kernel("Memcpy DtoD (Device -> Device)", 16, 18),
+              _ev(ak.RANGE_PREFIX + "1", 100, 104), _kernel("ncclDevKernel_SendRecv", 102, 132),
+              _ev(ak.RANGE_PREFIX + "2", 200, 201), _kernel("deep_ep::dispatch", 203, 210)]
+    assert ak.attributed_us(events, 3) == [14.0, 30.0, 7.0]
+
+
+def test_kernels_that_overlap_on_two_streams_count_once():
+    events = [_ev(ak.RANGE_PREFIX + "0", 0, 1), _kernel("a", 2, 12), _kernel("b", 5, 20), _kernel("c", 30, 31)]
+    assert ak.attributed_us(events, 1) == [19.0]
+
+
+def test_device_side_annotations_and_host_ops_are_not_activity():
+    events = [_ev(ak.RANGE_PREFIX + "0", 0, 2), _ev(ak.RANGE_PREFIX + "0", 1, 500, device_type="CUDA"),
+              _ev("nccl:all_to_all", 1, 2), _ev("nccl:all_to_all", 2, 40, device_type="CUDA"),
+              _ev("record_param_comms", 3, 90, device_type="CUDA", annotation=True),
+              _kernel("k", 4, 10), _ev("aten::copy_", 1, 400)]
+    assert ak.attributed_us(events, 1) == [6.0]
+
+
+def test_foreign_range_names_and_calls_beyond_the_count_are_ignored():
+    events = [_ev(ak.RANGE_PREFIX + "0", 0, 1), _kernel("k", 2, 4), _ev(ak.RANGE_PREFIX + "x", 10, 11),
+              _ev(ak.RANGE_PREFIX + "9", 50, 51), _kernel("late", 52, 60)]
+    # call 9 is not one of 2 calls: its window does not cut call 0's, call 1 was never seen
     assert ak.attributed_us(events, 2) == [10.0, 0.0]
-
-
-def test_older_torch_names_the_total_cuda_time_total():
-    assert ak.attributed_us([_ev(ak.RANGE_PREFIX + "0", 4.0, attr="cuda_time_total")], 1) == [4.0]
 
 
 def test_columns_take_the_median_over_calls_of_the_slowest_rank():
@@ -86,4 +104,5 @@ def test_the_real_profiler_names_and_types_the_ranges_as_read_here():
                 torch.ones(64).sum()
     seen = [e for e in prof.events() if e.name.startswith(ak.RANGE_PREFIX)]
     assert len(seen) == 3 and not any(ak._on_device(e) for e in seen)
+    assert all(e.time_range.end >= e.time_range.start > 0 or e.time_range.start == 0 for e in seen)
     assert ak.attributed_us(prof.events(), 3) == [0.0, 0.0, 0.0]   # no device on this machine

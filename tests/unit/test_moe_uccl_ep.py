@@ -59,3 +59,51 @@ def test_uccl_ep_refuses_fp8_like_the_deepep_baseline(monkeypatch):
     problem = make_problem(64 * 256 * 2, prm, 0, 2, "float8_e4m3")
     with pytest.raises(SkipCase, match="UCCL-EP baseline here runs BF16 only"):
         deepep.DeepEPState(problem, "dispatch", None, "cpu", backend="uccl_ep")
+
+
+def _uccl_state(monkeypatch, buffer_cls):
+    torch = pytest.importorskip("torch")
+    from commbench.families.moe.problem import make_problem
+
+    monkeypatch.setitem(sys.modules, "uccl_deep_ep", types.SimpleNamespace(Buffer=buffer_cls))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: object())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    fam = get_family("moe")
+    prm = {k: p.default for k, p in fam.params.items()} | {"hidden": 256, "experts": 8, "topk": 2}
+    problem = make_problem(64 * 256 * 2, prm, 0, 2, "bfloat16")
+    return deepep.DeepEPState(problem, "dispatch", None, "cpu", backend="uccl_ep")
+
+
+def test_uccl_ep_buffer_is_destroyed_explicitly_when_the_case_closes(monkeypatch):
+    made = []
+
+    class Buffer:
+        def __init__(self, group, nvl, rdma, **kw):
+            made.append(kw)
+            self.destroyed = 0
+
+        def get_dispatch_layout(self, idx, experts):
+            return None, None, None, None, None
+
+        def dispatch(self, x, **kw):
+            return x, None, None, None, "handle", None
+
+        def destroy(self):
+            self.destroyed += 1
+
+    state = _uccl_state(monkeypatch, Buffer)
+    buf = state.buffer
+    # destroy() is the only way UCCL-EP unregisters its proxies: without it the next Case aborts
+    assert made == [{"explicitly_destroy": True}]
+    state.close()
+    state.close()
+    assert buf.destroyed == 1
+
+
+def test_a_programming_error_in_uccl_ep_is_a_failure_not_a_skip(monkeypatch):
+    class Buffer:
+        def __init__(self, *args, **kw):
+            raise TypeError("unexpected keyword")
+
+    with pytest.raises(TypeError):
+        _uccl_state(monkeypatch, Buffer)

@@ -49,13 +49,17 @@ class DeepEPState(CaseState):
         self.device = torch.device(device)
         self.stream = torch.cuda.current_stream(self.device)
         self.extra: dict = {}
-        if backend == "uccl_ep":
+        self.explicit = backend == "uccl_ep"
+        if self.explicit:
+            # explicitly_destroy: UCCL-EP registers its proxies per GPU in a global table that only
+            # destroy() clears; a second Buffer on that GPU (the next Case) would abort the process
             try:
-                self.buffer = lib.Buffer(group, NVL_BUFFER_BYTES, 0)
-            except Exception as exc:  # its proxies open an RDMA device this machine may lack
+                self.buffer = lib.Buffer(group, NVL_BUFFER_BYTES, 0, explicitly_destroy=True)
+            except (RuntimeError, ValueError, OSError) as exc:   # no RDMA device, ranks sharing a GPU
                 raise SkipCase(f"UCCL-EP could not start here: {type(exc).__name__}: {exc}") from exc
         else:
             self.buffer = lib.Buffer(group, NVL_BUFFER_BYTES, 0)
+        # (a failure below leaves the Buffer as it is: destroy() waits for every rank on the GPU)
         idx, w = p.routing.of_rank(p.rank)
         self.x = ref.make_tokens(p.rank, p.tokens, p.hidden, self.device)
         self.topk_idx = idx.to(self.device)
@@ -90,3 +94,6 @@ class DeepEPState(CaseState):
 
     def close(self) -> None:
         torch.cuda.synchronize(self.device)
+        if getattr(self, "explicit", False) and getattr(self, "buffer", None) is not None:
+            buffer, self.buffer = self.buffer, None
+            buffer.destroy()   # every rank closes its Case together (the runner's teardown)

@@ -63,9 +63,10 @@ class MoeFamily(Family):
         "timed_loop": Param("native", (str,), "ipc, ipc_ll, nvshmem_ll: enqueue the timed batch of our "
                             "kernels from native code (Python entered once per batch) or from Python, "
                             "one ctypes call per op", choices=("native", "python")),
-        "api_calls": Param(10, (int,), "calls made one at a time after the timed batch: api_us (host "
-                           "clock, the device waited for) and kernel_only_us (the profiler's device "
-                           "time) are their medians (0: neither)", range=(0, MAX_API_CALLS)),
+        "api_calls": Param(10, (int,), "dispatch, combine, round_trip: calls made one at a time after "
+                           "the timed batch; api_us (host clock, the device waited for) and "
+                           "kernel_only_us (the profiler's device time) are their medians (0: neither)",
+                           range=(0, MAX_API_CALLS)),
         "max_tokens": Param(0, (int,), "low-latency token budget per rank (0 = the tokens)",
                             range=(0, LL_SMEM_TOKENS)),
         "model": Param("custom", (str,), "shape preset (hidden, experts, topk, intermediate, "
@@ -137,10 +138,8 @@ class MoeFamily(Family):
             # our kernels wait across ranks inside blocks: every block must be resident
             raise SkipCase(f"num_sms ({prm['num_sms']}) exceeds this GPU's {sms} SMs")
         world = ctx.world
-        if case.op == "layer":
-            state = _layer_state(case, ctx, prm)
-            state.api_calls = prm["api_calls"]
-            return state
+        if case.op == "layer":   # it times its own phases (measure): no api_us / kernel_only_us
+            return _layer_state(case, ctx, prm)
         problem = make_problem(case.size_bytes, prm, world.rank, world.size, case.dtype)
         if case.backend in OUR_BACKENDS:
             state = _our_state(case, ctx, problem, prm)
