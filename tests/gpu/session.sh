@@ -297,9 +297,11 @@ for g in "${groups[@]}"; do
   "group_${g//-/_}"
 done
 deepep_wait
-if ls -d "$R"/*/ >/dev/null 2>&1; then
+# run folders only (a second session in the same call finds the first one's report_files/ in $R)
+RUNS=$(for d in "$R"/*/; do [ -f "$d/results.csv" ] && echo "$d"; done)
+if [ -n "$RUNS" ]; then
   local_t0=$SECONDS   # one report over every run folder (bounded: the steps' verdicts are already in)
-  timeout "$(limit report 45)" python3 -m commbench report $(ls -d "$R"/*/) --out "$R/report.html" >> "$S" 2>&1
+  timeout "$(limit report 45)" python3 -m commbench report $RUNS --out "$R/report.html" >> "$S" 2>&1
   echo "== closing report: rc=$? in $((SECONDS - local_t0)) s" >> "$S"
   tar czf "$OUT/runs.tgz" -C "$(dirname "$R")" "$(basename "$R")"
 fi
