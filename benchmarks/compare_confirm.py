@@ -27,16 +27,11 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from machine_load import uptime  # benchmarks/ (the script's own folder)
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMBENCH = ROOT / ".venv" / "bin" / "commbench"
 FAIL_ABOVE_PCT = "5"
-
-
-def _uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "(uptime unavailable)"
 
 
 def _compare(base: Path, new: Path, json_path: Path, extra: list[str], pin: str | None) -> dict:
@@ -52,7 +47,7 @@ def _compare(base: Path, new: Path, json_path: Path, extra: list[str], pin: str 
     return {"exit": done.returncode, "wall_s": round(wall, 1),
             "worse": sum(p.get("verdict") == "worse" for p in points),
             "confirm": dict(Counter(p["confirm"] for p in points if p.get("confirm"))),
-            "sentence": (doc.get("confirm") or {}).get("sentence", ""), "uptime": _uptime(),
+            "sentence": (doc.get("confirm") or {}).get("sentence", ""), "uptime": uptime(),
             "stderr_tail": done.stderr.strip().splitlines()[-1:] if done.returncode not in (0, 1, 3) else []}
 
 

@@ -32,19 +32,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from machine_load import uptime  # benchmarks/ (the script's own folder)
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMBENCH = ROOT / ".venv" / "bin" / "commbench"
 SUITE = ROOT / "suites" / "quickstart.yaml"
 REPEATS = 3
 FAIL_ABOVE_PCT = 5.0
 CANT = "can't tell"
-
-
-def _uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "(uptime unavailable)"
 
 
 def _complete(folder: Path) -> bool:
@@ -76,10 +71,10 @@ def collect(pool: Path, sets: int, slow_sets: int, slow_cores: str, log) -> None
         argv = [str(COMMBENCH), "run", str(SUITE), "--repeat", str(REPEATS), "--out", str(folder)]
         if name.startswith("slow"):
             argv = ["taskset", "-c", slow_cores, *argv]
-        before, t0 = _uptime(), time.time()
+        before, t0 = uptime(), time.time()
         proc = subprocess.run(argv, capture_output=True, text=True)
         entry = {"set": name, "argv": argv, "rc": proc.returncode, "wall_s": round(time.time() - t0, 1),
-                 "uptime_before": before, "uptime_after": _uptime(),
+                 "uptime_before": before, "uptime_after": uptime(),
                  "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
         log.write(json.dumps(entry) + "\n")
         log.flush()

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from machine_load import uptime  # benchmarks/ (the script's own folder)
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMBENCH = ROOT / ".venv" / "bin" / "commbench"
 SIZES = (1_000, 10_000, 100_000)
@@ -75,7 +77,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=ROOT / "results" / "compare-scale")
     ap.add_argument("--out", type=Path, default=None, help="Markdown file to write (default: print)")
     args = ap.parse_args()
-    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    before = uptime()
     lines = ["| points | samples | wall s | CPU s | peak MB | exit | growth of CPU time |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     prev = None
@@ -86,9 +88,9 @@ def main() -> int:
         lines.append(f"| {n:,} | {n * ITERS * RANKS:,} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
                      f"{r['peak_mb']:.0f} | {r['exit']} | {growth} |")
         prev = (n, r["cpu_s"])
-    after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    after = uptime()
     text = "\n".join([f"`commbench compare` at fleet size (benchmarks/compare_scale.py, rows of {args.run.name})",
-                      "", f"uptime before: `{uptime}`", f"uptime after: `{after}`", "", *lines]) + "\n"
+                      "", f"uptime before: `{before}`", f"uptime after: `{after}`", "", *lines]) + "\n"
     if args.out:
         args.out.write_text(text)
     print(text)

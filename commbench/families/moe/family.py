@@ -25,7 +25,6 @@ from .presets import MODEL_CHOICES, PHASES
 IPC_BACKENDS = ("ipc", "ipc_ll")
 OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
 LL_BACKENDS = ("ipc_ll", "nvshmem_ll")
-NCCL_BACKENDS = ("nccl_a2a", "nccl_agrs", "symm_a2av", "deepep", "uccl_ep")
 DEEPEP_API_BACKENDS = ("deepep", "uccl_ep")   # deep_ep.Buffer's API: DeepEP, UCCL-EP's wrapper
 LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shared memory
 # Bounds past every published MoE model (DeepSeek-V3: hidden 7168, 256 experts; Mixtral: FFN 14336)
