@@ -10,7 +10,7 @@
 # network: apt-get download libibverbs-dev libibverbs1 ibverbs-providers libnl-3-200
 # libnl-route-3-200 libnl-3-dev libnl-route-3-dev libnuma-dev libnuma1; pip download nanobind.
 # Prints `uccl-ep: built` / `uccl-ep: import ok` or the first error; the log goes to $OUT/uccl-ep.log.
-# Then (UCCL_PROBE=0: not) one rank through its DeepEP-compatible wrapper: tests/gpu/probe_uccl_ep.py.
+# Its DeepEP-compatible wrapper is then put beside it as uccl_deep_ep (session group uccl-rows runs it).
 set -uo pipefail
 DIR=${1:-.uccl}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOG=$OUT/uccl-ep.log
 {
@@ -37,12 +37,8 @@ print("uccl-ep: import ok:", ep.__file__, [n for n in dir(ep) if not n.startswit
 print("uccl-ep: torch", torch.__version__, "cuda", torch.version.cuda, "GPUs", torch.cuda.device_count())
 PY
 echo "uccl-ep: import rc=$?"; grep "^uccl-ep:" "$LOG"
-# its DeepEP-compatible wrapper as uccl_deep_ep (no clash with DeepEP's deep_ep), then one rank through it
+# its DeepEP-compatible wrapper as uccl_deep_ep (no clash with DeepEP's deep_ep)
 WRAP=$(dirname "$SRC")/ep/deep_ep_wrapper/deep_ep
 # (its buffer.py and utils.py are links into ../../bench/: copied as files, -L)
-[ -d "$WRAP" ] && rm -rf /tmp/uccl-ep/uccl_deep_ep && cp -rL "$WRAP" /tmp/uccl-ep/uccl_deep_ep
-[ "${UCCL_PROBE:-1}" = 1 ] || exit 0   # the probes run later (session group uccl-rows)
-for mode in normal ll; do
-  timeout "${T_UCCL_PROBE:-60}" python3 "$(dirname "$0")/probe_uccl_ep.py" $mode >> "$LOG" 2>&1
-  echo "uccl-ep: probe $mode rc=$?"; grep "^uccl-ep probe ($mode)" "$LOG" | tail -n 1
-done
+[ -d "$WRAP" ] && rm -rf /tmp/uccl-ep/uccl_deep_ep && cp -rL "$WRAP" /tmp/uccl-ep/uccl_deep_ep \
+  || { echo "uccl-ep: its wrapper $WRAP could not be put in place"; exit 1; }

@@ -8,7 +8,7 @@
 export OUT; cd "$(dirname "$0")/../.."; echo "commit $(cat .commit)"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 G=$OUT/gate; U=$OUT/uccl; mkdir -p $G $U; UP=""
 if [ -d .uccl ]; then   # UCCL-EP built from source beside the gate (CPU work while the gate uses the GPU)
-  ( OUT=$U MAX_JOBS=6 UCCL_PROBE=0 timeout ${UCCL_BUILD_S:-420} bash tests/gpu/build_uccl_ep.sh .uccl > $U/build.txt 2>&1 ) &
+  ( OUT=$U MAX_JOBS=6 timeout ${UCCL_BUILD_S:-420} bash tests/gpu/build_uccl_ep.sh .uccl > $U/build.txt 2>&1 ) &
   UP=$!
 fi
 OUT=$G timeout ${GATE_S:-480} bash tests/gpu/session.sh ${GATE_GROUPS:-} > $G/session.log 2>&1; echo "gate rc=$? after $SECONDS s"

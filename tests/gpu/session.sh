@@ -36,8 +36,8 @@
 #             (tests/gpu/build_uccl_ep.sh): does it build, does `uccl.ep` import on a machine without a NIC;
 #             then uccl-rows
 #   short     pytest-health and the MoE rows' api_us / kernel_only_us at 2 ranks (for a call too short for the gate)
-#   uccl-rows one rank through UCCL-EP's DeepEP-compatible wrapper (probe_uccl_ep.py, normal and low
-#             latency) and tests/gpu/suites/uccl-ep.yaml (uccl_ep rows beside deepep and ipc)
+#   uccl-rows tests/gpu/suites/uccl-ep.yaml: uccl_ep rows (UCCL-EP's DeepEP-compatible wrapper) beside
+#             deepep and ipc; on one GPU UCCL-EP skips (no 1-rank configuration; ranks sharing a GPU refused)
 #   fit       suites/moe-layer.yaml and suites/training.yaml at 1 rank: whole shipped suites whose largest
 #             Cases exceed an 80 GB card (each is skipped with its memory plan, never an OOM)
 #   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
@@ -233,17 +233,14 @@ group_fit() {   # the shipped suites that ran out of memory on H100 80GB before 
   run training-1 200 suites/training.yaml --set ranks=1
 }
 group_uccl() {   # UCCL-EP built from its source beside commbench (needs .uccl/ carried: build_uccl_ep.sh)
-  if [ -d .uccl ]; then UCCL_PROBE=0 cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl; group_uccl_rows
+  if [ -d .uccl ]; then cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl; group_uccl_rows
   else echo "== uccl-ep-build: skipped, no .uccl/ here (tests/gpu/build_uccl_ep.sh says what it holds)" >> "$S"; fi
 }
-group_uccl_rows() {   # after the build (group uccl, or gate_call.sh's beside the gate): probes, then rows
+group_uccl_rows() {   # after the build (group uccl, or gate_call.sh's beside the gate): its rows
   if ! ls /tmp/uccl-ep/uccl/ep*.so >/dev/null 2>&1; then
     echo "== uccl-rows: no UCCL-EP built in /tmp/uccl-ep (its build failed or did not run)" >> "$S"; return 0
   fi
   local up=$PYTHONPATH:/tmp/uccl-ep/site:/tmp/uccl-ep ul=/tmp/ibv/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-  for mode in normal ll; do   # rc 2: UCCL-EP's own error, printed first in the step's tail
-    cmd "uccl-probe-$mode" 60 env PYTHONPATH="$up" LD_LIBRARY_PATH="$ul" python3 tests/gpu/probe_uccl_ep.py "$mode"
-  done
   # its rows beside DeepEP's and ours: run, or skipped with UCCL-EP's own error
   PYTHONPATH=$up LD_LIBRARY_PATH=$ul run uccl-ep-rows 150 tests/gpu/suites/uccl-ep.yaml -- --shared
 }

@@ -107,3 +107,19 @@ def test_a_programming_error_in_uccl_ep_is_a_failure_not_a_skip(monkeypatch):
 
     with pytest.raises(TypeError):
         _uccl_state(monkeypatch, Buffer)
+
+
+@pytest.mark.parametrize("ranks,ok", [(1, False), (2, True), (3, False), (8, True), (16, True), (12, False)])
+def test_uccl_ep_at_a_rank_count_it_has_no_configuration_for_is_skipped_before_it_starts(ranks, ok):
+    from commbench.families.base import Case
+
+    fam = get_family("moe")
+    prm = {"hidden": 2048, "experts": 480, "topk": 2}
+    case = Case(suite="t", bench="b", family="moe", op="dispatch", backend="uccl_ep", variant="default", env=(),
+                dtype="bfloat16", size_bytes=64 * 2048 * 2, params=tuple(sorted(prm.items())), warmup=1,
+                iters=2, timing="events", ranks=ranks, ranks_per_node=ranks, timeout_s=60)
+    reason = fam.unsupported(case)
+    if ok:
+        assert reason is None
+    else:
+        assert f"configurations for [2, 4, 8, 16, 24, 32, 64, 128, 144, 160] ranks, not {ranks}" in reason

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import deepep_limits
+from . import deepep_limits, uccl_ep_limits
 from .presets import layer_tokens, resolve
 
 OVERLAPS = ("none", "two_batch")
@@ -73,12 +73,15 @@ def impossible(case, prm: dict) -> tuple[str, str] | None:
 
 
 def deepep_refusal(case, prm: dict) -> tuple[str, str] | None:
-    """DeepEP's own limits for a Case of the deepep (normal) or deepep_ll (low-latency) backend,
-    any op, as (suite field to blame, reason); None for other backends or a shape DeepEP takes."""
+    """DeepEP's own limits for a Case of the deepep (normal) or deepep_ll (low-latency) backend, and
+    UCCL-EP's for the uccl_ep backend, any op, as (suite field to blame, reason); None for other
+    backends or a shape the library takes."""
     if case.backend == "deepep":
         return deepep_limits.normal_refusal(ranks=case.ranks, ranks_per_node=case.ranks_per_node or case.ranks,
                                             experts=prm["experts"], hidden=prm["hidden"])
     if case.backend == "deepep_ll":
         return deepep_limits.ll_refusal(hidden=prm["hidden"], topk=prm["topk"], experts=prm["experts"],
                                         ranks=case.ranks)
+    if case.backend == "uccl_ep":
+        return uccl_ep_limits.refusal(ranks=case.ranks)
     return None
