@@ -39,7 +39,8 @@
 #   uccl-rows tests/gpu/suites/uccl-ep.yaml: uccl_ep rows (UCCL-EP's DeepEP-compatible wrapper) beside
 #             deepep and ipc; on one GPU UCCL-EP skips (no 1-rank configuration; ranks sharing a GPU refused)
 #   fit       suites/moe-layer.yaml and suites/training.yaml at 1 rank: whole shipped suites whose largest
-#             Cases exceed an 80 GB card (each is skipped with its memory plan, never an OOM)
+#             Cases exceed an 80 GB card (each is skipped with its memory plan, never an OOM); then allreduce-large
+#   allreduce-large suites/allreduce-algos.yaml at 1 rank, 2 GiB and 8 GiB only (every backend, its memory plan)
 #   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
 #             $TP/nccl-tests-2.19.6.tar.gz): parity.md and parity.tgz; then the cache-hot A/B
 #             (buffer_span_bytes 0) and nccl-tests' fixed per-batch cost (-n 20 against -n 200)
@@ -222,15 +223,19 @@ group_families_all() {
 }
 group_suites() {
   run collectives 100 suites/collectives.yaml
-  run allreduce 60 suites/allreduce-algos.yaml
+  run allreduce 300 suites/allreduce-algos.yaml
   run nvshmem 70 suites/nvshmem.yaml
-  run proxy 60 suites/proxy.yaml
+  run proxy 150 suites/proxy.yaml
   run moe-ranks 120 tests/gpu/suites/moe-ranks.yaml
   run moe 90 suites/moe.yaml --set ranks=1
 }
 group_fit() {   # the shipped suites that ran out of memory on H100 80GB before Cases had memory plans
   run moe-layer-1 300 suites/moe-layer.yaml --set ranks=1
   run training-1 200 suites/training.yaml --set ranks=1
+  group_allreduce_large
+}
+group_allreduce_large() {   # allreduce-algos' two largest sizes at 1 rank (8 GiB ran out of memory on H100 80GB)
+  run allreduce-large 150 suites/allreduce-algos.yaml --set ranks=1 --set 'sizes=[2GiB, 8GiB]'
 }
 group_uccl() {   # UCCL-EP built from its source beside commbench (needs .uccl/ carried: build_uccl_ep.sh)
   if [ -d .uccl ]; then cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl; group_uccl_rows
@@ -275,7 +280,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit uccl uccl-rows short parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit allreduce-large uccl uccl-rows short parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)

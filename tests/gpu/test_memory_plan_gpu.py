@@ -54,7 +54,19 @@ def cases() -> list[tuple[str, Case]]:
         # one layer of the 70B: fits 80 GB (two layers' check needs more than an H100 has)
         ("distopt llama3-70b (1 layer)", with_params(distopt, layers=1)),
         ("all_reduce 4 GiB", _all_reduce(4 << 30)),
+        # allreduce-algos' largest size: its whole-buffer int64 pattern ran out of memory on an H100
+        ("allreduce nccl 8 GiB bf16", _allreduce_algos("nccl-auto", "nccl", 8 << 30)),
+        ("allreduce cb_two_shot 2 GiB", _allreduce_algos("commbench-kernels", "cb_two_shot", 2 << 30)),
     ]
+
+
+def _allreduce_algos(bench: str, backend: str, size_bytes: int) -> Case:
+    from commbench.suite.loader import load_suite
+
+    for c in load_suite(ROOT / "suites" / "allreduce-algos.yaml", gpu_count=1, overrides={"ranks": 1}).cases:
+        if (c.bench, c.backend, c.size_bytes) == (bench, backend, size_bytes):
+            return dataclasses.replace(c, warmup=1, iters=3)
+    raise LookupError(f"allreduce-algos.yaml: no {bench}/{backend} Case of {size_bytes} B")
 
 
 def _all_reduce(size_bytes: int) -> Case:

@@ -150,3 +150,20 @@ def test_the_launch_merges_what_families_declare(tmp_path, monkeypatch):
     assert env["NCCL_ALGO"] == "Ring" and env["NCCL_DEBUG"] == "INFO"   # as the family set it in-process before
     assert env["NCCL_DEBUG_FILE"].startswith(str(tmp_path / "logs" / "nccl"))
     assert launch.env == (("NCCL_DEBUG", "WARN"), ("NCCL_ALGO", "Ring"))   # the group's identity is unchanged
+
+
+def test_data_pattern_is_written_and_checked_across_chunk_boundaries(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(data, "CHUNK_ELEMS", 6)   # 100 elements: 17 chunks, the last one short
+    n, count = 3, 100
+    parts = []
+    for rank in range(n):
+        t = torch.zeros(count, dtype=torch.float32)
+        data.fill_input(t, rank)
+        assert bool((t == (torch.arange(count) % data.PERIOD + rank + 1)).all())
+        parts.append(t)
+    out = sum(parts)
+    assert data.count_wrong(out, n, "float32") == 0
+    for i in (5, 6, 99):   # the last of a chunk, the first of the next, the very last
+        out[i] += 1
+    assert data.count_wrong(out, n, "float32") == 3

@@ -70,3 +70,21 @@ def test_collectives_in_place_keeps_one_buffer():
     import dataclasses
     in_place = dataclasses.replace(base, params=tuple(sorted({**dict(base.params), "in_place": True}.items())))
     assert parts(fam.memory_bytes(in_place, 1)) == {"buffer (in place)": 8 << 30}
+
+
+@pytest.mark.parametrize("backend, buffers_gib", [("nccl", 16), ("nccl_symm", 16), ("torch_one_shot", 16),
+                                                  ("cb_two_shot", 24)])   # cb: + scratch, all of it at 1 rank
+def test_allreduce_8gib_plans_its_buffers_and_a_bounded_check(backend, buffers_gib):
+    fam = get_family("allreduce")
+    case = pick(suite_cases("allreduce-algos.yaml"), backend=backend, size_bytes=8 * 1024 ** 3)
+    plan = fam.memory_bytes(case, 1)
+    assert buffers_gib * GIB <= plan.resident_bytes < (buffers_gib + 0.1) * GIB, plan.text()
+    check = max(b for _, b in plan.transient)
+    assert check < GIB   # the pattern's chunks, not the whole buffer in int64 (32 GiB at 8 GiB BF16)
+    assert plan.peak_bytes + GIB <= H100_FREE_BYTES   # the Cases that ran out of memory on the H100 fit
+
+
+def test_allreduce_check_temporaries_shrink_with_small_sizes():
+    fam = get_family("allreduce")
+    small = pick(suite_cases("allreduce-algos.yaml"), backend="nccl", size_bytes=8)
+    assert fam.memory_bytes(small, 1).peak_bytes < 1024

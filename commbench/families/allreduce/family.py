@@ -110,6 +110,12 @@ class AllReduceFamily(Family):
         # nccl-tests all_reduce: algbw = size / t, busbw = algbw * 2(n-1)/n.
         return Traffic(algbw_bytes=float(case.size_bytes), bus_factor=2.0 * (world_size - 1) / world_size)
 
+    def memory_bytes(self, case: Case, world_size: int):
+        """GPU buffers per rank and the check's chunk (memory.py), held against the free memory."""
+        from .memory import allreduce_plan
+
+        return allreduce_plan(case, world_size)
+
     def teardown(self, state) -> None:
         state.close()
 
