@@ -38,6 +38,7 @@
 #   short     pytest-health and the MoE rows' api_us / kernel_only_us at 2 ranks (for a call too short for the gate)
 #   uccl-rows tests/gpu/suites/uccl-ep.yaml: uccl_ep rows (UCCL-EP's DeepEP-compatible wrapper) beside
 #             deepep and ipc; on one GPU UCCL-EP skips (no 1-rank configuration; ranks sharing a GPU refused)
+#   suites-more the other shipped suites one GPU can run: copy, interference, nvshmem-ibrc-vs-ibgda, parity at 1 rank
 #   fit       suites/moe-layer.yaml and suites/training.yaml at 1 rank: whole shipped suites whose largest
 #             Cases exceed an 80 GB card (each is skipped with its memory plan, never an OOM); then allreduce-large
 #   allreduce-large suites/allreduce-algos.yaml at 1 rank, 2 GiB and 8 GiB only (every backend, its memory plan)
@@ -229,6 +230,12 @@ group_suites() {
   run moe-ranks 120 tests/gpu/suites/moe-ranks.yaml
   run moe 90 suites/moe.yaml --set ranks=1
 }
+group_suites_more() {   # the other shipped suites a one-GPU machine can run (issue of every shipped suite per card)
+  run copy 240 suites/copy.yaml
+  run interference 200 suites/interference.yaml
+  run ibrc-vs-ibgda 90 suites/nvshmem-ibrc-vs-ibgda.yaml   # no InfiniBand HCA here: skipped with NVSHMEM's words
+  run parity-1 150 suites/parity.yaml --set ranks=1
+}
 group_fit() {   # the shipped suites that ran out of memory on H100 80GB before Cases had memory plans
   run moe-layer-1 300 suites/moe-layer.yaml --set ranks=1
   run training-1 200 suites/training.yaml --set ranks=1
@@ -280,7 +287,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites fit allreduce-large uccl uccl-rows short parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites suites-more fit allreduce-large uccl uccl-rows short parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)
