@@ -6,7 +6,9 @@ against its roofline, and proxy command delivery against its targets, as one Mar
 
 Sections (each in processes of its own, see anchors_sections.py): ``ll`` (ipc_ll and nvshmem_ll
 against DeepEP v1.2.1 LL per shape and dispatch dtype, BF16 and FP8: kernel time and per op in a
-CUDA graph, ours / DeepEP; the check at 1, 2 and 4 ranks sharing the GPU), ``experts`` (per model,
+CUDA graph, ours / DeepEP; the check at 1, 2 and 4 ranks sharing the GPU), ``ep`` (normal-mode
+dispatch/combine of our ipc kernels, DeepEP and UCCL-EP at deepseek-v3's shape, with the three
+times; UCCL-EP ran or skipped with its reason), ``experts`` (per model,
 phase and GEMM path: % of the roofline against decode >= 85%, prefill >= 70%), ``proxy`` (delivery
 p50 <= 2.5 us, rate >= 100 M commands/s at the family's defaults). Exit 0 when everything ran and
 every row was right; 1 with the reasons otherwise (a missed target too, with --strict); 2 for a
@@ -30,11 +32,12 @@ import anchors_report as rep  # noqa: E402
 import anchors_sections as run  # noqa: E402
 import moe_ll_vs_deepep as ll  # noqa: E402
 
-SECTIONS = ("ll", "experts", "proxy")   # the report's order
-RUN_ORDER = ("proxy", "ll", "experts")  # the cheapest first, so a call cut short keeps the most
+SECTIONS = ("ll", "ep", "experts", "proxy")   # the report's order
+RUN_ORDER = ("proxy", "ll", "ep", "experts")  # the cheapest first, so a call cut short keeps the most
 MIN_SECTION_S = 15                      # less left of --budget-s: the section is not started
-TITLES = {"ll": "Low-latency dispatch/combine: ours vs DeepEP", "experts": "Expert kernel against its roofline",
-          "proxy": "Proxy command delivery"}
+TITLES = {"ll": "Low-latency dispatch/combine: ours vs DeepEP",
+          "ep": "Normal-mode dispatch/combine: ours, DeepEP and UCCL-EP",
+          "experts": "Expert kernel against its roofline", "proxy": "Proxy command delivery"}
 
 
 def _dist(name: str) -> str | None:
@@ -51,7 +54,7 @@ def machine(deepep_note: str) -> dict:
     base = ll.machine()
     facts = collect(probe_gpu=False)
     gpu, _, driver = base["gpu"].partition(", ")
-    return {"gpu": f"{base['gpus']}x {gpu}", "driver": driver or None, "date": base["date"],
+    return {"gpu": f"{base['gpus']}x {gpu}", "gpus": base["gpus"], "driver": driver or None, "date": base["date"],
             "commit": base["commit"], "torch": facts.get("torch"), "cuda": facts.get("torch_cuda"),
             "nccl": facts.get("nccl"), "triton": _dist("triton"), "deepep": deepep_note}
 
@@ -76,6 +79,17 @@ def section_ll(res: dict) -> tuple[list[str], bool]:
     return lines, met
 
 
+def section_ep(res: dict) -> tuple[list[str], bool | None]:
+    where = (f"{res['ranks']} ranks sharing one GPU: correctness only, the times are not comparable"
+             if res["shared"] else f"{res['ranks']} ranks, one per GPU")
+    return [f"## {TITLES['ep']}", "",
+            f"`commbench run {run.EP_SUITE.relative_to(ROOT)}`: {where}. UCCL-EP: {res['uccl_ep']}. "
+            "Times in us per call (time: CUDA events over back-to-back calls; API: host clock around one "
+            "call and a synchronize; kernel only: the device activity in each call's window). A skipped "
+            "row gives the library's or commbench's reason.", "",
+            *rep.ep_table(res["records"]), ""], None   # times side by side, no target
+
+
 def section_experts(res: dict) -> tuple[list[str], bool]:
     verdict, met = rep.expert_verdicts(res["records"])
     return [f"## {TITLES['experts']}", "",
@@ -94,7 +108,7 @@ def section_proxy(res: dict) -> tuple[list[str], bool]:
             *verdict, "", *rep.proxy_table(res["records"], d), ""], met
 
 
-RENDER = {"ll": section_ll, "experts": section_experts, "proxy": section_proxy}
+RENDER = {"ll": section_ll, "ep": section_ep, "experts": section_experts, "proxy": section_proxy}
 
 
 def render(info: dict, sections: list[str], quick: bool, results: dict, strict: bool,
@@ -105,21 +119,24 @@ def render(info: dict, sections: list[str], quick: bool, results: dict, strict: 
         if sec not in results:
             out += [f"## {TITLES[sec]}", "", f"Not run: {skipped.get(sec, 'not reached yet')}.", ""]
             continue
-        lines, met[sec] = RENDER[sec](results[sec])
+        lines, ok = RENDER[sec](results[sec])
+        if ok is not None:
+            met[sec] = ok
         out += lines
     problems = {s: results[s]["problems"] for s in sections if s in results}
     problems.update({s: [f"not run: {skipped.get(s, 'not reached')}"] for s in sections if s not in results})
     code, reasons = rep.exit_status(problems, met, strict)
     out += ["## Result", "", f"Exit {code}: " + ("every section ran and every row was right"
                                                   if not reasons else "; ".join(reasons)) + ".",
-            "Targets: " + ", ".join(f"{s} {'met' if ok else 'not met'}" for s, ok in met.items()) + ".", ""]
+            ("Targets: " + ", ".join(f"{s} {'met' if ok else 'not met'}" for s, ok in met.items()) + "."
+             if met else "Targets: none in these sections."), ""]
     return "\n".join(out), code, reasons
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="Markdown report (and FILE.json with every record beside it)")
-    ap.add_argument("--sections", default=",".join(SECTIONS), help="any of ll,experts,proxy")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help="any of " + ",".join(SECTIONS))
     ap.add_argument("--shapes", default="issue", help="ll: presets (issue = the issue's four: "
                     f"{', '.join(rep.ISSUE_SHAPES)}) and hHIDDEN-eEXPERTS[-tTOKENS][-kTOPK] shapes, "
                     "e.g. issue,h7168-e256-t128; each with BF16 and FP8 dispatch")
@@ -166,6 +183,9 @@ def main(argv=None) -> int:
             results["ll"] = run.run_ll(work, named, specs, args.quick, lambda: max(1, limit(timeout_s)))
         elif sec == "experts":
             results["experts"] = run.run_experts(work, args.quick, limit(2 * timeout_s))
+        elif sec == "ep":
+            results["ep"] = run.run_ep(work, args.quick, limit(timeout_s), info["gpus"])
+            results["ep"]["uccl_ep"] = run.uccl_ep_found()
         else:
             results["proxy"] = run.run_proxy(work, args.quick, limit(timeout_s))
         write()

@@ -274,10 +274,50 @@ def proxy_problems(rows: list[dict]) -> list[str]:
     return out
 
 
+EP_BACKENDS = ("ipc", "deepep", "uccl_ep")   # ours, DeepEP, UCCL-EP: tests/gpu/suites/ep-baselines.yaml
+
+
+def ep_problems(rows: list[dict]) -> list[str]:
+    """Failed or timed-out rows and wrong elements; a skipped row carries its reason and is none."""
+    out = []
+    for r in rows:
+        where = f"{r.get('op')} {r.get('backend')} {_n(r.get('size_bytes'))} B"
+        if r.get("status") not in ("ok", "skipped"):
+            out.append(f"{where}: {r.get('status')}: {str(r.get('error') or r.get('reason') or '')[:200]}")
+        elif r.get("wrong"):
+            out.append(f"{where}: wrong = {_n(r['wrong'])}")
+    return out
+
+
+def _tokens(r: dict):
+    """Tokens per rank: the row's own, else (a skipped row) its BF16 size over the hidden size."""
+    if r.get("tokens_per_rank") is not None:
+        return r["tokens_per_rank"]
+    return int(r["size_bytes"]) // (2 * int(r["hidden"])) if r.get("size_bytes") and r.get("hidden") else None
+
+
+def ep_table(rows: list[dict]) -> list[str]:
+    """One line per op, size and backend: the three times, ours and UCCL-EP's time over DeepEP's."""
+    deepep = {(r.get("op"), r.get("size_bytes")): r.get("time_us") for r in rows
+              if r.get("backend") == "deepep" and r.get("status") == "ok"}
+    order = {b: i for i, b in enumerate(EP_BACKENDS)}
+    lines = ["| op | tokens per rank | backend | status | time us | API us | kernel only us | "
+             "time / DeepEP's | wrong | reason |", "|" + " --- |" * 10]
+    for r in sorted(rows, key=lambda r: (str(r.get("op")), r.get("size_bytes") or 0,
+                                         order.get(r.get("backend"), 9))):
+        base = deepep.get((r.get("op"), r.get("size_bytes")))
+        ratio = r["time_us"] / base if base and r.get("time_us") and r.get("status") == "ok" else None
+        lines.append(f"| {r.get('op')} | {_n(_tokens(r))} | {r.get('backend')} | {r.get('status')} | "
+                     f"{_f(r.get('time_us'))} | {_f(r.get('api_us'))} | {_f(r.get('kernel_only_us'))} | "
+                     f"{_f(ratio, '{:.2f}')} | {_n(r.get('wrong'))} | {str(r.get('reason') or '')[:160]} |")
+    return lines
+
+
 def header(info: dict, sections: list[str], quick: bool) -> list[str]:
     """Title and the machine: GPU, driver, versions, DeepEP, date (UTC) and commit."""
     keys = ("gpu", "driver", "torch", "cuda", "nccl", "triton", "deepep")
-    return ["# Anchors: low-latency dispatch/combine vs DeepEP, the expert kernel, proxy delivery", "",
+    return ["# Anchors: low-latency dispatch/combine vs DeepEP, normal-mode EP baselines, the expert kernel, "
+            "proxy delivery", "",
             f"Date {info.get('date', '-')}, commit {info.get('commit', '-')}, sections {', '.join(sections)}"
             f"{' (--quick)' if quick else ''}.", "",
             "| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys),

@@ -3,8 +3,9 @@
 ll: benchmarks/moe_ll_vs_deepep.py's workers (ours, DeepEP, ours at several ranks sharing the GPU);
 experts: benchmarks/moe_experts.py (its CLI, JSON rows); proxy: `commbench run` on
 tests/gpu/suites/proxy-delivery.yaml (the delivery defaults' latency and the rate), read back from
-results.csv. Each returns a dict: the records, ``problems`` (failed processes, errors, wrong rows)
-and notes.
+results.csv; ep: `commbench run` on tests/gpu/suites/ep-baselines.yaml (normal-mode dispatch and
+combine: ours, DeepEP and UCCL-EP at one shape; every GPU of the node, or 2 ranks sharing one).
+Each returns a dict: the records, ``problems`` (failed processes, errors, wrong rows) and notes.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import moe_ll_vs_deepep as ll
 ROOT = Path(__file__).resolve().parent.parent
 PROXY_SUITE = ROOT / "tests" / "gpu" / "suites" / "proxy-delivery.yaml"
 PROXY_BENCHES = ("delivery-latency-defaults", "delivery-rate")
+EP_SUITE = ROOT / "tests" / "gpu" / "suites" / "ep-baselines.yaml"
 
 
 def deepep_found() -> tuple[bool, str]:
@@ -37,6 +39,15 @@ def deepep_found() -> tuple[bool, str]:
         ver = "version unknown"
     where = spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
     return True, f"{os.environ.get('COMMBENCH_DEEPEP_VERSION') or ver} at {Path(where).parent}"
+
+
+def uccl_ep_found() -> str:
+    """Where UCCL-EP's DeepEP-compatible wrapper (uccl_deep_ep) was found, or why not."""
+    spec = importlib.util.find_spec("uccl_deep_ep")
+    if spec is None:
+        return "uccl_deep_ep is not importable (tests/gpu/build_uccl_ep.sh builds it), its rows skip"
+    where = spec.origin or (list(spec.submodule_search_locations or []) or ["?"])[0]
+    return f"UCCL da914a2's wrapper at {Path(where).parent}"
 
 
 def run_ll(work: Path, named: list[str], specs: list[str], quick: bool, timeout_s) -> dict:
@@ -110,20 +121,36 @@ def proxy_defaults() -> dict:
     return {k: FAMILY.params[k].default for k in rep.DELIVERY_SETTINGS}
 
 
-def run_proxy(work: Path, quick: bool, timeout_s: int) -> dict:
-    """The proxy suite's delivery-latency-defaults and delivery-rate benchmarks through the runner."""
+def _run_suite(suite: Path, out: Path, args: list[str], timeout_s: int) -> tuple[list[dict], list[str]]:
+    """`commbench run SUITE` into ``out``: its rows (NaN as None) and what went wrong with the run."""
     from commbench.runfolder.reader import load
 
-    out = work / "proxy-run"
-    only = [a for b in PROXY_BENCHES for a in ("--only", b)]
-    rc = _run([sys.executable, "-m", "commbench", "run", str(PROXY_SUITE), "--out", str(out), "--quiet",
-               *only], timeout_s)
+    rc = _run([sys.executable, "-m", "commbench", "run", str(suite), "--out", str(out), "--quiet", *args],
+              timeout_s)
     try:
         rows = [_clean(r) for r in load(out).to_dict("records")]
     except Exception as exc:  # noqa: BLE001 - no run folder: the reason is the problem
         rows = []
         rc = rc or f"{type(exc).__name__}: {exc}"
-    problems = rep.proxy_problems(rows)
-    if rc or not rows:
-        problems.append(f"commbench run {PROXY_SUITE.name}: exit {rc}{'' if rows else ', no rows'}")
-    return {"records": rows, "problems": problems, "defaults": proxy_defaults(), "run_dir": str(out)}
+    bad = rc and not (rc == 1 and rows)   # exit 1 with rows: the rows say what was not right
+    return rows, ([f"commbench run {suite.name}: exit {rc}{'' if rows else ', no rows'}"] if bad or not rows else [])
+
+
+def run_proxy(work: Path, quick: bool, timeout_s: int) -> dict:
+    """The proxy suite's delivery-latency-defaults and delivery-rate benchmarks through the runner."""
+    only = [a for b in PROXY_BENCHES for a in ("--only", b)]
+    rows, problems = _run_suite(PROXY_SUITE, work / "proxy-run", only, timeout_s)
+    return {"records": rows, "problems": rep.proxy_problems(rows) + problems, "defaults": proxy_defaults(),
+            "run_dir": str(work / "proxy-run")}
+
+
+def run_ep(work: Path, quick: bool, timeout_s: int, gpus: int) -> dict:
+    """Normal-mode dispatch/combine of ours, DeepEP and UCCL-EP: one rank per GPU on a node with 2
+    or more, else 2 ranks sharing the one GPU (correctness only); quick: the smaller size alone."""
+    shared = gpus < 2
+    args = ["--set", "ranks=2", "--share-gpu"] if shared else ["--set", f"ranks={gpus}"]
+    if quick:
+        args += ["--set", "sizes=[1792KiB]", "--set", "iters=5"]
+    rows, problems = _run_suite(EP_SUITE, work / "ep-run", args, timeout_s)
+    return {"records": rows, "problems": rep.ep_problems(rows) + problems, "shared": shared,
+            "ranks": 2 if shared else gpus, "run_dir": str(work / "ep-run")}

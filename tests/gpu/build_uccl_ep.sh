@@ -13,6 +13,8 @@
 # Its DeepEP-compatible wrapper is then put beside it as uccl_deep_ep (session group uccl-rows runs it).
 set -uo pipefail
 DIR=${1:-.uccl}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOG=$OUT/uccl-ep.log
+BUILDING=/tmp/uccl-ep.building   # while it exists a build is under way (session.sh's anchors waits on it)
+touch "$BUILDING"; trap 'rm -f "$BUILDING"' EXIT
 {
   rm -rf /tmp/ibv /tmp/uccl-src /tmp/uccl-ep && mkdir -p /tmp/ibv /tmp/uccl-src /tmp/uccl-ep/uccl
   for d in "$DIR"/*.deb; do dpkg -x "$d" /tmp/ibv; done

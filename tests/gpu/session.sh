@@ -35,6 +35,8 @@
 #   uccl      UCCL-EP (DeepEP's API over CPU proxies) built from source with the carried .uccl/ folder
 #             (tests/gpu/build_uccl_ep.sh): does it build, does `uccl.ep` import on a machine without a NIC;
 #             then uccl-rows
+#   anchors   benchmarks/anchors.py (LL vs DeepEP, normal-mode EP baselines with UCCL-EP, experts, proxy) into
+#             $OUT/anchors.md and .json; UCCL-EP from a build under way or its own (.uccl/ carried), else skipped
 #   short     pytest-health and the MoE rows' api_us / kernel_only_us at 2 ranks (for a call too short for the gate)
 #   uccl-rows tests/gpu/suites/uccl-ep.yaml: uccl_ep rows (UCCL-EP's DeepEP-compatible wrapper) beside
 #             deepep and ipc; on one GPU UCCL-EP skips (no 1-rank configuration; ranks sharing a GPU refused)
@@ -256,6 +258,21 @@ group_uccl_rows() {   # after the build (group uccl, or gate_call.sh's beside th
   # its rows beside DeepEP's and ours: run, or skipped with UCCL-EP's own error
   PYTHONPATH=$up LD_LIBRARY_PATH=$ul run uccl-ep-rows 150 tests/gpu/suites/uccl-ep.yaml -- --shared
 }
+uccl_ep_ready() {   # UCCL-EP built in /tmp/uccl-ep: wait for a build under way, else build it (.uccl/ here)
+  local t0=$SECONDS
+  while [ -e /tmp/uccl-ep.building ] && [ $((SECONDS - t0)) -lt 420 ]; do sleep 5; done
+  if ! ls /tmp/uccl-ep/uccl/ep*.so >/dev/null 2>&1 && [ -d .uccl ]; then
+    cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl
+  fi
+  ls /tmp/uccl-ep/uccl/ep*.so >/dev/null 2>&1
+}
+group_anchors() {   # benchmarks/anchors.py: every section with DeepEP and UCCL-EP (built, or its rows skip)
+  deepep_wait
+  local up=$PYTHONPATH ul=${LD_LIBRARY_PATH:-}
+  if uccl_ep_ready; then up=$up:/tmp/uccl-ep/site:/tmp/uccl-ep ul=/tmp/ibv/usr/lib/x86_64-linux-gnu:$ul; fi
+  PYTHONPATH=$up LD_LIBRARY_PATH=$ul cmd anchors 540 python3 benchmarks/anchors.py --out "$OUT/anchors.md" \
+    --budget-s "$(( $(limit anchors 540) - 20 ))"
+}
 group_short() {   # a short call's check: this card's health record, and the MoE rows' three times
   # (time_us, api_us, kernel_only_us) on every dispatch/combine backend at 2 ranks sharing the GPU
   HEALTH_RECORD_DIR="$OUT/health" cmd pytest-health 90 python3 -m pytest -q -rs -s -p no:cacheprovider \
@@ -287,7 +304,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites suites-more fit allreduce-large uccl uccl-rows short parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites suites-more fit allreduce-large uccl uccl-rows anchors short parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)

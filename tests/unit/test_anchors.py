@@ -84,3 +84,49 @@ def test_commit_names_this_tree_or_the_override(anchors, monkeypatch):
     assert anchors.ll.commit() == "unknown"   # a copy inside another checkout: not that one's HEAD
     monkeypatch.setattr(anchors.ll, "_sh", lambda cmd: str(ROOT) if "--show-toplevel" in cmd else "7b691ae")
     assert anchors.ll.commit() == "7b691ae"
+
+
+def _ep_rows():
+    base = {"op": "dispatch", "size_bytes": 1835008, "hidden": 7168}
+    return [base | {"backend": "ipc", "status": "ok", "time_us": 80.0, "api_us": 120.0, "kernel_only_us": 70.0,
+                    "wrong": 0, "tokens_per_rank": 128},
+            base | {"backend": "deepep", "status": "ok", "time_us": 100.0, "api_us": 150.0, "kernel_only_us": 90.0,
+                    "wrong": 0, "tokens_per_rank": 128},
+            base | {"backend": "uccl_ep", "status": "skipped",
+                    "reason": "rank 0: UCCL-EP could not start here: ValueError: Duplicate physical GPU rank"}]
+
+
+def test_ep_section_puts_ours_and_uccl_ep_beside_deepep(anchors):
+    res = {"ep": {"records": _ep_rows(), "problems": [], "shared": False, "ranks": 8,
+                  "uccl_ep": "UCCL da914a2's wrapper at /tmp/uccl-ep"}}
+    text, code, reasons = anchors.render({}, ["ep"], False, res, False, {})
+    assert "8 ranks, one per GPU" in text and "UCCL-EP: UCCL da914a2's wrapper" in text
+    assert "| dispatch | 128 | ipc | ok | 80.0 | 120.0 | 70.0 | 0.80 | 0 |  |" in text
+    assert "| dispatch | 128 | deepep | ok | 100.0 | 150.0 | 90.0 | 1.00 | 0 |  |" in text
+    # a skipped row: its tokens from size and hidden, no times, the library's words as the reason
+    assert "| dispatch | 128 | uccl_ep | skipped | - | - | - | - | - | rank 0: UCCL-EP could not start" in text
+    table = text[text.index("## Normal-mode"):]
+    assert table.index("| ipc |") < table.index("| deepep |") < table.index("| uccl_ep |")
+    assert code == 0 and reasons == [] and "Targets: none in these sections." in text   # times side by side, no target
+
+
+def test_ep_failed_or_wrong_rows_are_problems_and_skipped_ones_are_not(anchors):
+    rep = __import__("anchors_report")
+    rows = _ep_rows() + [{"op": "combine", "backend": "uccl_ep", "size_bytes": 8, "status": "failed",
+                          "error": "signal 11"},
+                         {"op": "combine", "backend": "ipc", "size_bytes": 8, "status": "ok", "wrong": 3.0}]
+    assert rep.ep_problems(rows) == ["combine uccl_ep 8 B: failed: signal 11", "combine ipc 8 B: wrong = 3"]
+
+
+@pytest.mark.parametrize("gpus, want", [(1, ["--set", "ranks=2", "--share-gpu"]), (4, ["--set", "ranks=4"])])
+def test_ep_runs_every_gpu_or_two_ranks_sharing_the_one(anchors, monkeypatch, tmp_path, gpus, want):
+    run = __import__("anchors_sections")
+    seen = {}
+
+    def fake(suite, out, args, timeout_s):
+        seen["args"] = args
+        return _ep_rows(), []
+
+    monkeypatch.setattr(run, "_run_suite", fake)
+    res = run.run_ep(tmp_path, False, 60, gpus)
+    assert seen["args"] == want and res["shared"] is (gpus < 2) and res["problems"] == []
