@@ -244,7 +244,7 @@ group_fit() {   # the shipped suites that ran out of memory on H100 80GB before 
   group_allreduce_large
 }
 group_allreduce_large() {   # allreduce-algos' two largest sizes at 1 rank (8 GiB ran out of memory on H100 80GB)
-  run allreduce-large 150 suites/allreduce-algos.yaml --set ranks=1 --set 'sizes=[2GiB, 8GiB]'
+  run allreduce-large 240 suites/allreduce-algos.yaml --set ranks=1 --set 'sizes=[2GiB, 8GiB]'
 }
 group_uccl() {   # UCCL-EP built from its source beside commbench (needs .uccl/ carried: build_uccl_ep.sh)
   if [ -d .uccl ]; then cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl; group_uccl_rows

@@ -57,7 +57,22 @@ def cases() -> list[tuple[str, Case]]:
         # allreduce-algos' largest size: its whole-buffer int64 pattern ran out of memory on an H100
         ("allreduce nccl 8 GiB bf16", _allreduce_algos("nccl-auto", "nccl", 8 << 30)),
         ("allreduce cb_two_shot 2 GiB", _allreduce_algos("commbench-kernels", "cb_two_shot", 2 << 30)),
+        # the families planned last: copy within GPU 0, a GEMM beside an all-reduce, proxy transfers
+        ("copy d2d ce 4 GiB", _largest("copy.yaml", "device", op="d2d", engine="ce")),
+        ("interference all_reduce 256 MiB", _largest("interference.yaml", "ops", op="all_reduce")),
+        ("proxy direct bandwidth 256 MiB", _largest("proxy.yaml", "direct-bandwidth", executor="device")),
     ]
+
+
+def _largest(suite: str, bench: str, op: str | None = None, **params) -> Case:
+    """The largest Case of a shipped suite's benchmark at one rank (op and params as given), made short."""
+    from commbench.suite.loader import load_suite
+
+    found = [c for c in load_suite(ROOT / "suites" / suite, gpu_count=1, overrides={"ranks": 1}).cases
+             if c.bench == bench and (op is None or c.op == op) and all(c.param(k) == v for k, v in params.items())]
+    if not found:
+        raise LookupError(f"{suite}: no {bench}/{op} Case with {params}")
+    return dataclasses.replace(max(found, key=lambda c: c.size_bytes), warmup=1, iters=3)
 
 
 def _allreduce_algos(bench: str, backend: str, size_bytes: int) -> Case:

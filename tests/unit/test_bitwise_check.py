@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from commbench.errors import SuiteError
-from commbench.families.collectives.memory import collective_plan
+from commbench.measure.collective_memory import collective_plan
 from commbench.measure import bitwise
 from commbench.measure.state import BitwiseHooks
 from commbench.suite.loader import load_suite

@@ -142,7 +142,7 @@ class Collectives(Family):
         """GPU buffers per rank (memory.py); host backends carry none."""
         if case.backend not in ("nccl", "torch_nccl"):
             return None
-        from .memory import collective_plan
+        from ...measure.collective_memory import collective_plan
 
         native = case.backend == "nccl" and case.param("timed_loop", "native") == "native"
         span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)) if native else 0

@@ -4,7 +4,13 @@ memory, the verifiable pattern they hold and the check of a copied slot.
 A pool holds ``slots`` copies' worth of bytes (the op rotates through them, kernels/copy.cu).
 The pattern is element i (int32) = i XOR a mask with bit 31 set: never zero, different in every
 element, so a lost, shifted or repeated 16-byte vector shows up; the two directions of a bidir
-copy use different masks.
+copy use different masks. (The index is taken modulo 2**32: beyond 16 GiB the pattern repeats.)
+
+The pattern is written and checked in chunks of ``CHUNK_ELEMS`` elements, so its temporaries (an
+int64 index and the int32 pattern it becomes: ``CHUNK_PEAK_BYTES_PER_ELEM`` bytes per element of a
+chunk) stay the same whatever the size (memory.py). Over the whole pool, filling it took as much
+device memory again as the pool, and checking a slot up to 2.25 times a copy's size (a host slot
+staged on the GPU, the pattern, the comparison's booleans).
 """
 from __future__ import annotations
 
@@ -28,16 +34,36 @@ def slot_count(size_bytes: int, span_bytes: int) -> int:
     return max(1, span_bytes // slot_stride(size_bytes))
 
 
-def pattern(count: int, seed: int, device: Any):
-    """The int32 pattern of ``count`` elements on ``device``."""
+CHUNK_ELEMS = 1 << 24   # 64 MiB of int32 per chunk
+# device bytes per chunk element at the peak of a fill or check: the int64 index and the int32
+# pattern made from it (the check compares after the index is gone: the pattern, a host chunk
+# staged on the GPU and the comparison's booleans are 9 bytes)
+CHUNK_PEAK_BYTES_PER_ELEM = 8 + 4
+
+
+def chunks(count: int):
+    """[start, stop) of each chunk of ``count`` elements."""
+    for start in range(0, count, CHUNK_ELEMS):
+        yield start, min(start + CHUNK_ELEMS, count)
+
+
+def pattern(count: int, seed: int, device: Any, start: int = 0):
+    """The int32 pattern of elements [start, start + count) on ``device``."""
     import torch
 
-    return torch.arange(count, dtype=torch.int32, device=device).bitwise_xor_(MASKS[seed])
+    idx = torch.arange(start, start + count, dtype=torch.int64, device=device)
+    return idx.bitwise_xor_(MASKS[seed]).to(torch.int32)   # the low 32 bits: i XOR mask as int32
 
 
-def count_wrong(got, seed: int) -> int:
-    """Elements of ``got`` (int32, any device) that differ from the pattern."""
-    return int((got != pattern(got.numel(), seed, got.device)).sum().item())
+def count_wrong(got, seed: int, device: Any = None) -> int:
+    """Elements of ``got`` (int32, 1-D, any device) that differ from the pattern, chunk by chunk on
+    ``device`` (default: where ``got`` is; a host buffer's chunks are copied to it)."""
+    device = got.device if device is None else device
+    wrong = 0
+    for start, stop in chunks(got.numel()):
+        want = pattern(stop - start, seed, device, start)   # first: its index is gone before the staging
+        wrong = wrong + (got[start:stop].to(want.device) != want).sum()   # summed there, read once
+    return int(wrong)
 
 
 @dataclass
@@ -78,16 +104,17 @@ class Pool:
         return pool
 
     def fill(self, seed: int) -> None:
-        """The pattern over the whole pool (made on the pool's GPU, then copied here)."""
-        self.view.copy_(pattern(self.view.numel(), seed, f"cuda:{self.gpu}"))
+        """The pattern over the whole pool, chunk by chunk (made on the pool's GPU, then copied here)."""
+        for start, stop in chunks(self.view.numel()):
+            self.view[start:stop].copy_(pattern(stop - start, seed, f"cuda:{self.gpu}", start))
 
     def clear(self, count: int) -> None:
         self.view[:count].zero_()
 
     def wrong(self, count: int, seed: int) -> int:
-        """Elements of the first slot (``count`` int32) that differ from the pattern."""
-        got = self.view[:count]
-        return count_wrong(got if got.device.type == "cuda" else got.to(f"cuda:{self.gpu}"), seed)
+        """Elements of the first slot (``count`` int32) that differ from the pattern, compared on the
+        pool's GPU (a host pool's chunks are copied there)."""
+        return count_wrong(self.view[:count], seed, f"cuda:{self.gpu}")
 
     def release(self) -> None:
         self.view = None          # no tensor may outlive the memory under it

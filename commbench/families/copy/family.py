@@ -204,6 +204,13 @@ class Copy(Family):
     def traffic(self, case: Case, world_size: int) -> Traffic:
         return Traffic(case.size_bytes * (2 if case.op == "bidir" else 1), 1.0)
 
+    def memory_bytes(self, case: Case, world_size: int):
+        """Device pools and the pattern's chunk on the busiest GPU the copy touches (memory.py);
+        host memory is not counted."""
+        from .memory import copy_plan
+
+        return copy_plan(case, int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES)))
+
     def teardown(self, state: CopyState) -> None:
         import torch
 

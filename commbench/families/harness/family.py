@@ -8,6 +8,8 @@ ended early. `hang`, `crash` and `fail` make one rank misbehave so the watchdog 
 can be seen working: a `hang` row must come back `timeout`, a `crash` row (the process exits) and
 a `fail` row (one rank's set-up raises, the processes live on) `failed`, and the Cases after them must
 still run.
+
+Memory: no plan (memory_bytes is None): the mpi ops use no GPU, `overlap` two streams and 1-thread spin kernels.
 """
 from __future__ import annotations
 

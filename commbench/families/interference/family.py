@@ -148,6 +148,15 @@ class Interference(Family):
         count = metrics.element_count(case.op, case.size_bytes, elem, world_size)
         return Traffic(metrics.algbw_bytes(case.op, count, elem, world_size), metrics.bus_factor(case.op, world_size))
 
+    def memory_bytes(self, case: Case, world_size: int):
+        """The collective's buffers and check, the GEMM's A, B, C, the index temporaries that build
+        them and the cuBLAS workspace, per rank (memory.py); the gloo (CPU) path has none."""
+        if case.backend != "nccl":
+            return None
+        from .memory import interference_plan
+
+        return interference_plan(case, world_size)
+
     def teardown(self, state: InterferenceState) -> None:
         state.pair.close()
         state.bufs = state.gemm = state.comm = None

@@ -1,9 +1,26 @@
-"""Torch views of NVSHMEM symmetric memory and the verifiable data put into it."""
+"""Torch views of NVSHMEM symmetric memory and the verifiable data put into it.
+
+Patterns are written and checked in chunks of ``CHUNK_ELEMS`` elements, so the int64 index and
+the arithmetic on it stay chunk-sized whatever the buffer (over a whole 256 MiB bfloat16 buffer
+the point-to-point pattern alone took 24 bytes per element, 3 GiB; memory.py counts the chunks).
+Everything here takes torch tensors on any device (the unit tests use CPU tensors).
+"""
 from __future__ import annotations
 
 from ...dtypes import torch_dtype
+
 # Largest value whose every integer below is exact in the dtype: P2P patterns stay below it.
 _P2P_MODULUS = {"float32": 65521, "int32": 65521, "bfloat16": 251, "float16": 2039, "uint64": 65521}
+CHUNK_ELEMS = 1 << 22
+# Bytes per element alive at once while a point-to-point chunk is written or checked: the int64
+# index (the pattern's arithmetic runs in place on it), its cast to the dtype (at most 8 bytes)
+# and the comparison's booleans.
+P2P_PEAK_PER_ELEM = 8 + 8 + 1
+# A collective's chunk: the int64 index and the pattern's arithmetic on it (written in place to
+# the symmetric source), then for the check comm.buffers.mismatches in float64 (the result, the
+# expected values, |difference|, |expected| and the tolerance times it) beside the int64 expected
+# values; eight 8-byte arrays bound both.
+COLL_PEAK_PER_ELEM = 8 * 8
 
 
 class _CudaArray:
@@ -22,15 +39,49 @@ def view(ptr: int, size_bytes: int, dtype: str, device: str):
     return raw.view(torch_dtype(dtype))
 
 
-def p2p_values(pe: int, count: int, dtype: str, device: str):
-    """Non-zero, exact, position-dependent values for PE ``pe`` (a shifted copy never matches)."""
+def chunks(count: int):
+    """[start, stop) ranges of at most CHUNK_ELEMS covering ``count`` elements."""
+    for start in range(0, count, CHUNK_ELEMS):
+        yield start, min(start + CHUNK_ELEMS, count)
+
+
+def index(start: int, stop: int, device):
+    """int64 positions start..stop-1 on ``device``."""
     import torch
 
-    idx = torch.arange(count, device=device, dtype=torch.int64)
-    vals = (idx * 40503 + pe * 97) % _P2P_MODULUS[dtype] + 1
+    return torch.arange(start, stop, device=device, dtype=torch.int64)
+
+
+def p2p_chunk(pe: int, start: int, stop: int, dtype: str, device):
+    """PE ``pe``'s values at positions [start, stop): non-zero, exact, position-dependent (a
+    shifted copy never matches), as ``dtype``."""
+    vals = index(start, stop, device).mul_(40503).add_(pe * 97).remainder_(_P2P_MODULUS[dtype]).add_(1)
     return vals.to(torch_dtype(dtype))
 
 
-def count_mismatch(got, expected) -> int:
-    """Elements of ``got`` that differ from ``expected`` (exact comparison)."""
-    return int((got != expected).sum().item())
+def counter_chunk(start: int, stop: int, device, added: int = 0):
+    """Atomic counters at positions [start, stop): they start at 1..n and grew by ``added``."""
+    return index(start + 1 + added, stop + 1 + added, device)
+
+
+def fill(tensor, values) -> None:
+    """Write ``values(start, stop)`` (a chunk of the pattern) into 1-D ``tensor``, chunk by chunk."""
+    for start, stop in chunks(tensor.numel()):
+        tensor[start:stop].copy_(values(start, stop))
+
+
+def count_exact(got, values) -> int:
+    """Elements of 1-D ``got`` that differ from ``values(start, stop)`` (exact comparison); summed
+    on the device, read once."""
+    wrong = 0
+    for start, stop in chunks(got.numel()):
+        wrong = wrong + (got[start:stop] != values(start, stop)).sum()
+    return int(wrong)
+
+
+def count_within(got, values, dtype: str) -> int:
+    """Elements of 1-D ``got`` beyond ``dtype``'s tolerance of ``values(start, stop)``
+    (comm.buffers.mismatches, as the collectives family checks NCCL's results)."""
+    from ...comm.buffers import mismatches
+
+    return sum(mismatches(got[start:stop], values(start, stop), dtype) for start, stop in chunks(got.numel()))

@@ -15,6 +15,7 @@ import os
 from ...comm import nvshmem as shmem
 from ...dtypes import BYTES as ELEM_BYTES
 from ...comm.context import RankContext
+from ...errors import SkipCase
 from ..base import Case, Family, Param, Traffic
 from .ops import COLL, DTYPE_RULE, OPS
 from .state import INITIATORS
@@ -78,9 +79,31 @@ class Nvshmem(Family):
             return ("timing", f"{op.name} checks per-launch counters: CUDA-graph replay is not supported")
         return None
 
+    def machine_reason(self, case: Case) -> str | None:
+        # The heap's limit is in the launch's environment (NVSHMEM reads it once, at start-up): a
+        # Case whose own buffers exceed it is skipped before launch, not failed in nvshmem_malloc.
+        from .memory import heap_reason, symmetric_buffers
+
+        return heap_reason(symmetric_buffers(case, case.ranks), _launch_env(case))
+
+    def memory_bytes(self, case: Case, world_size: int):
+        """This PE's symmetric buffers and the pattern's chunk (memory.py), held against the free
+        memory: the heap grows from it."""
+        from .memory import nvshmem_plan
+
+        return nvshmem_plan(case, world_size, _launch_env(case))
+
     def setup(self, case: Case, ctx: RankContext):
+        from .memory import heap_reason, symmetric_buffers
+
         handle = shmem.ensure(ctx)   # refuses unless the launch holds the multicast kill switches
         op = OPS[case.op]
+        # the pool keeps earlier Cases' buffers: skipped here, before any nvshmem_malloc, when they
+        # and this Case's together pass the heap's limit (the same on every PE: no PE allocates)
+        held = {name: size for name, (_ptr, size) in handle.buffers.items()}
+        reason = heap_reason(symmetric_buffers(case, handle.n_pes), os.environ, held)
+        if reason:
+            raise SkipCase(reason)
         state = op.setup(case, ctx, handle, self._prm(case), op)
         peers = [pe for pe in range(handle.n_pes) if pe != handle.pe] or [handle.pe]
         all_p2p = all(handle.is_p2p(state.probe, pe) for pe in peers)
@@ -106,6 +129,12 @@ class Nvshmem(Family):
     def teardown(self, state) -> None:
         # Symmetric buffers stay in the launch's pool (comm.nvshmem.NvshmemHandle.buffer), freed at finalize.
         state.stream.synchronize()
+
+
+def _launch_env(case: Case) -> dict[str, str]:
+    """The environment NVSHMEM starts with in this Case's launch: this process's (a rank's is the
+    launch's), the Case's variant over it."""
+    return {**os.environ, **case.env_dict}
 
 
 FAMILY = Nvshmem()

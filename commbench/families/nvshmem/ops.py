@@ -99,7 +99,7 @@ class CollOp(Op):
     check: Callable[..., int] = coll.check
     traffic: Callable[..., Traffic] = collective
     code: int = -1                 # the op's code in kernels/nvshmem_coll.cu
-    expect: Callable | None = None  # what this PE's destination must hold
+    expect: Callable | None = None  # (state, start, stop) -> what this PE's destination holds there
     blocks: tuple[str, ...] = ()   # sides ("in", "out") that hold one block per PE
     device_scratch: bool = False   # the device form stages through NVSHMEM_REDUCE_SCRATCH_SIZE
 

@@ -157,9 +157,9 @@ def setup(case, ctx, handle, prm: dict, op) -> P2PState:
     with torch.cuda.stream(stream):
         src = buffers.view(bufs.a, size, dtype, dev)
         if op.counters:   # target words start at 1..n and count the adds
-            src.copy_(torch.arange(1, count + 1, device=dev, dtype=torch.int64))
+            buffers.fill(src, lambda a, b: buffers.counter_chunk(a, b, dev))
         else:
-            src.copy_(buffers.p2p_values(pe, count, dtype, dev))
+            buffers.fill(src, lambda a, b: buffers.p2p_chunk(pe, a, b, dtype, dev))
         buffers.view(bufs.b, size, "int32" if size % 4 == 0 else "bfloat16", dev).zero_()
         if op.counters:
             buffers.view(bufs.b, size, dtype, dev).copy_(src)
@@ -234,9 +234,9 @@ def _received(st: P2PState) -> int:
     receives = {"target": st.pair.target, "initiator": st.pair.initiates, "both": True}[st.op.receiver]
     if not receives:
         return 0
-    dev = st.pe.device
-    want = buffers.p2p_values(st.pair.peer, st.count, st.dtype, dev)
-    return buffers.count_mismatch(buffers.view(st.bufs.b, st.size_bytes, st.dtype, dev), want)
+    dev, peer, dtype = st.pe.device, st.pair.peer, st.dtype
+    got = buffers.view(st.bufs.b, st.size_bytes, dtype, dev)
+    return buffers.count_exact(got, lambda a, b: buffers.p2p_chunk(peer, a, b, dtype, dev))
 
 
 def check_received(st: P2PState) -> int:
@@ -258,16 +258,15 @@ def check_signalled(st: P2PState) -> int:
 def check_counted(st: P2PState) -> int:
     """Atomics: target words got one add of (peer+1) per launch of the peer; the last fetch saw
     every earlier add of ours."""
-    import torch
-
     _settle(st)
     dev, n = st.pe.device, st.progress.launches
-    base = torch.arange(1, st.count + 1, device=dev, dtype=torch.int64)
     wrong = 0
     if st.pair.target:
-        want = base + n * (st.pair.peer + 1)
-        wrong += buffers.count_mismatch(buffers.view(st.bufs.b, st.size_bytes, "uint64", dev), want)
+        added = n * (st.pair.peer + 1)
+        got = buffers.view(st.bufs.b, st.size_bytes, "uint64", dev)
+        wrong += buffers.count_exact(got, lambda a, b: buffers.counter_chunk(a, b, dev, added))
     if st.pair.initiates:
-        want = base + (n - 1) * (st.pe.handle.pe + 1)
-        wrong += buffers.count_mismatch(buffers.view(st.bufs.c, st.size_bytes, "uint64", dev), want)
+        seen = (n - 1) * (st.pe.handle.pe + 1)
+        got = buffers.view(st.bufs.c, st.size_bytes, "uint64", dev)
+        wrong += buffers.count_exact(got, lambda a, b: buffers.counter_chunk(a, b, dev, seen))
     return wrong

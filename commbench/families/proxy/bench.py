@@ -17,6 +17,11 @@ from . import native
 from .native import KERNEL_ERRORS, ProxyError
 
 WINDOW_CAP_BYTES = 256 << 20  # rate: regions wrap inside this much memory
+# The source pattern is written, and the destination compared with it, in chunks of this many
+# 4-byte words: the int64 index (the pattern's arithmetic runs in place on it) and the compared
+# chunk stay this size whatever the window (memory.py counts them). Over a whole 256 MiB window
+# the index and its arithmetic took 6 bytes per byte, 1.5 GiB.
+CHUNK_WORDS = 1 << 22
 
 
 @dataclass
@@ -61,13 +66,8 @@ def build(case, prm: dict, device: str) -> ProxyState:
         st.measure = lambda warmup, iters: measure_latency(st, warmup, iters)
     else:  # timed by the runner (events on st.stream); the rate follows from its median
         st.columns_from_time = lambda time_us: rate_columns(st, time_us)
-    st.producers = 1 if case.op == "latency" else prm["num_ctas"] * prm["warps_per_cta"]
-    if case.op == "rate":
-        wanted = st.producers * prm["cmds_per_producer"]
-        st.num_regions = max(1, min(wanted, WINDOW_CAP_BYTES // case.size_bytes))
-        st.window_bytes = st.num_regions * case.size_bytes
-    else:
-        st.window_bytes = case.size_bytes
+    st.producers = producers(case.op, prm)
+    st.num_regions, st.window_bytes = window(case.op, case.size_bytes, st.producers, prm["cmds_per_producer"])
     st.count = st.window_bytes
     st.stream = torch.cuda.Stream(device=dev)
     st.src = torch.empty(st.window_bytes, dtype=torch.uint8, device=dev)
@@ -102,6 +102,21 @@ def build(case, prm: dict, device: str) -> ProxyState:
     return st
 
 
+def producers(op: str, prm: dict) -> int:
+    """Producer warps: one for latency, num_ctas x warps_per_cta otherwise."""
+    return 1 if op == "latency" else prm["num_ctas"] * prm["warps_per_cta"]
+
+
+def window(op: str, size_bytes: int, producers: int, cmds_per_producer: int) -> tuple[int, int]:
+    """(regions, bytes) of the source and destination windows: rate spreads its commands over
+    regions of one message each, wrapping inside WINDOW_CAP_BYTES (at least one region); latency
+    and bandwidth use one message."""
+    if op != "rate":
+        return 1, size_bytes
+    regions = max(1, min(producers * cmds_per_producer, WINDOW_CAP_BYTES // max(size_bytes, 1)))
+    return regions, regions * size_bytes
+
+
 def allowed_cpus_after(mode: str) -> int:
     """CPUs the proxy threads may run on (a launcher binding the rank to one core shows here)."""
     if not hasattr(os, "sched_getaffinity"):
@@ -133,12 +148,29 @@ def proxy_cpus(mode: str):
 
 def fill(st: ProxyState, salt: int) -> None:
     """Verifiable non-zero bytes in the source window; a new salt per check pass."""
+    fill_words(st.src[:st.window_bytes], salt)
+
+
+def fill_words(buf, salt: int) -> None:
+    """Word i of the uint8 tensor ``buf`` (whole 4-byte words) gets ((i * 2654435761 + salt *
+    40503) & 0x7FFFFFFF) | 1, chunk by chunk (any device)."""
     import torch
 
-    words = st.window_bytes // 4
-    i = torch.arange(words, dtype=torch.int64, device=st.src.device)
-    vals = ((i * 2654435761 + salt * 40503) & 0x7FFFFFFF) | 1
-    st.src.view(torch.int32).copy_(vals.to(torch.int32))
+    words = buf.view(torch.int32)
+    for start in range(0, words.numel(), CHUNK_WORDS):
+        stop = min(start + CHUNK_WORDS, words.numel())
+        i = torch.arange(start, stop, dtype=torch.int64, device=buf.device)
+        words[start:stop].copy_(i.mul_(2654435761).add_(salt * 40503).bitwise_and_(0x7FFFFFFF).bitwise_or_(1))
+
+
+def count_wrong_bytes(got, want) -> int:
+    """Bytes of ``got`` (uint8, on any device: the host or a peer GPU) that differ from ``want``
+    (uint8, the source), compared chunk by chunk on ``want``'s device."""
+    chunk, wrong = 4 * CHUNK_WORDS, 0
+    for start in range(0, want.numel(), chunk):
+        stop = min(start + chunk, want.numel())
+        wrong = wrong + (got[start:stop].to(want.device) != want[start:stop]).sum()
+    return int(wrong)
 
 
 def launch(st: ProxyState, iters: int = 1, cycles=None, calib=None) -> None:
@@ -228,8 +260,7 @@ def check(st: ProxyState) -> int:
     wrong = 0
     if st.executor != "none":
         covered = st.window_bytes
-        got = st.dst[:covered].to(st.src.device, non_blocking=False)
-        wrong += int((got != st.src[:covered]).sum().item())
+        wrong += count_wrong_bytes(st.dst[:covered], st.src[:covered])
     posted = st.posted.cpu().tolist()
     if st.direct:
         done = st.direct_done.cpu().tolist()

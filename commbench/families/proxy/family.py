@@ -118,6 +118,13 @@ class ProxyFamily(Family):
             return Traffic(float(case.size_bytes * producers * prm["cmds_per_producer"]), 1.0)
         return Traffic(float(case.size_bytes), 1.0)
 
+    def memory_bytes(self, case: Case, world_size: int):
+        """The windows on this GPU, counters and the pattern's chunk (memory.py); pinned host
+        memory is not device memory and is not counted."""
+        from .memory import proxy_plan
+
+        return proxy_plan(case, self._params(case))
+
     def teardown(self, state) -> None:
         from . import bench
 

@@ -1,4 +1,5 @@
-"""The device memory of one rank of a collectives Case on a GPU (Collectives.memory_bytes).
+"""The device memory of one rank of a collective's buffers on a GPU (Collectives.memory_bytes and the
+interference family's collective), as comm/buffers.allocate makes them.
 
 Per rank: the send and receive buffers as comm/buffers.allocate makes them (nccl-tests' in-place
 aliasing keeps one; a buffer that holds every rank's chunk is n x count elements), each the head
@@ -13,9 +14,9 @@ alltoallv (a traffic matrix decides its buffers) has no plan.
 """
 from __future__ import annotations
 
-from ... import dtypes, metrics
-from ...comm.ops import OPS
-from ...measure.memory import MemoryPlan
+from .. import dtypes, metrics
+from ..comm.ops import OPS
+from .memory import MemoryPlan
 
 CHECK_CHUNK_ELEMS = 1 << 26   # comm/buffers.CHUNK
 F64 = 8
