@@ -133,9 +133,14 @@ def test_presets_apply_to_dispatch_too(tmp_path):
 def test_layer_unsupported_reasons():
     fam = get_family("moe")
     for backend in fam.backends:
-        if backend not in ("deepep", "uccl_ep"):
+        if backend not in ("deepep",):
             assert fam.unsupported(layer_case(backend=backend, hidden=2048)) is None, backend
-    assert "layer op does not take it" in fam.unsupported(layer_case(backend="uccl_ep", hidden=2048))
+    assert "configurations for" in fam.unsupported(layer_case(backend="uccl_ep", ranks=1))
+    assert "2 or more ranks" in fam.unsupported(layer_case(backend="uccl_ep_ll", ranks=1))
+    assert "UCCL-EP (DeepEP's API)'s normal dispatch" in fam.unsupported(layer_case(backend="uccl_ep",
+                                                                                  timing="graph"))
+    assert "runs in the layer op" in fam.unsupported(Case(**{**layer_case(backend="uccl_ep_ll").__dict__,
+                                                            "op": "dispatch"}))
     assert fam.unsupported(layer_case(backend="deepep")) is None
     assert "configurations for" in fam.unsupported(layer_case(backend="deepep", ranks=1))
     assert "hidden in" in fam.unsupported(layer_case(backend="deepep_ll", hidden=256))

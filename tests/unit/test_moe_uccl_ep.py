@@ -123,3 +123,83 @@ def test_uccl_ep_at_a_rank_count_it_has_no_configuration_for_is_skipped_before_i
         assert reason is None
     else:
         assert f"configurations for [2, 4, 8, 16, 24, 32, 64, 128, 144, 160] ranks, not {ranks}" in reason
+
+
+class _StandInBuffer:
+    """UCCL-EP's Buffer API as the layer calls it, recording the calls."""
+    calls: list = []
+    fail: Exception | None = None
+
+    def __init__(self, *args, **kw):
+        if _StandInBuffer.fail is not None:
+            raise _StandInBuffer.fail
+        _StandInBuffer.calls.append(("Buffer", args, kw))
+
+    @staticmethod
+    def set_num_sms(n):
+        _StandInBuffer.calls.append(("set_num_sms", n))
+
+    @staticmethod
+    def get_low_latency_rdma_size_hint(tokens, hidden, ranks, experts):
+        return 1000 * tokens + hidden + ranks + experts
+
+    def clean_low_latency_buffer(self, tokens, hidden, experts):
+        _StandInBuffer.calls.append(("clean", tokens, hidden, experts))
+
+
+@pytest.fixture
+def uccl_stand_in(monkeypatch):
+    _StandInBuffer.calls, _StandInBuffer.fail = [], None
+    monkeypatch.setitem(sys.modules, "uccl_deep_ep", types.SimpleNamespace(Buffer=_StandInBuffer))
+    return _StandInBuffer
+
+
+def _layer_problem():
+    pytest.importorskip("torch")
+    from commbench.families.moe.problem import make_problem
+
+    fam = get_family("moe")
+    prm = {k: p.default for k, p in fam.params.items()} | {"hidden": 2048, "experts": 16, "topk": 4}
+    return make_problem(32 * 2048 * 2, prm, 0, 2, "bfloat16")
+
+
+def test_the_layer_makes_uccl_ep_buffers_to_be_destroyed_in_either_mode(uccl_stand_in):
+    from commbench.families.moe.layer_deepep import NVL_BUFFER_BYTES, uccl_layer_buffer
+
+    p = _layer_problem()
+    uccl_layer_buffer("group", p, 128, low_latency=False, num_sms=25)
+    assert uccl_stand_in.calls == [("set_num_sms", 24),
+                                   ("Buffer", ("group", NVL_BUFFER_BYTES, 0), {"explicitly_destroy": True})]
+    uccl_stand_in.calls = []
+    uccl_layer_buffer("group", p, 128, low_latency=True, num_sms=24)
+    hint = 1000 * 128 + 2048 + 2 + 16
+    assert uccl_stand_in.calls == [
+        ("Buffer", ("group", 0, hint), {"explicitly_destroy": True, "low_latency_mode": True,
+                                        "num_qps_per_rank": 8}),
+        ("clean", 128, 2048, 16)]
+
+
+def test_a_uccl_ep_layer_that_cannot_start_skips_with_its_words(uccl_stand_in):
+    from commbench.families.moe.layer_deepep import uccl_layer_buffer
+
+    uccl_stand_in.fail = ValueError("Duplicate physical GPU rank mapping on node")
+    with pytest.raises(SkipCase, match="UCCL-EP could not start here: ValueError: Duplicate physical GPU"):
+        uccl_layer_buffer("group", _layer_problem(), 128, low_latency=True, num_sms=24)
+
+
+def test_uccl_ep_layer_plans_its_buffers():
+    from commbench.families.base import Case
+
+    fam = get_family("moe")
+    prm = {"hidden": 7168, "topk": 8, "experts": 256, "intermediate": 2048, "tokens": 128, "overlap": "none",
+           "gemm": "auto"}
+
+    def plan(backend):
+        case = Case(suite="t", bench="b", family="moe", op="layer", backend=backend, variant="default", env=(),
+                    dtype="bfloat16", size_bytes=128 * 7168 * 2, params=tuple(sorted(prm.items())), warmup=1,
+                    iters=2, timing="events", ranks=8, ranks_per_node=8, timeout_s=60)
+        return dict(fam.memory_bytes(case, 8).parts)
+
+    assert plan("uccl_ep")["UCCL-EP NVLink buffer"] == 1 << 30
+    assert plan("uccl_ep_ll")["UCCL-EP low-latency buffer"] == 2 * 2 * 256 * 128 * (7168 * 2 + 16)
+    assert "UCCL-EP low-latency buffer" not in plan("deepep_ll")   # DeepEP's is made once per launch

@@ -21,7 +21,7 @@ import torch
 from .shape import FP8_BLOCK
 from .routing import Routing
 
-LOW_LATENCY_BACKENDS = ("ipc_ll", "nvshmem_ll", "deepep_ll")
+LOW_LATENCY_BACKENDS = ("ipc_ll", "nvshmem_ll", "deepep_ll", "uccl_ep_ll")
 LL_FP8_META_BYTES = 16   # DeepEP low-latency: per-message metadata in its FP8 accounting
 NORMAL_META_BYTES = 8    # (source rank, source token) per received row
 LL_META_BYTES = 4        # token*topk + k per message

@@ -38,6 +38,16 @@ def import_library(backend: str):
         raise SkipCase(f"{module} is not importable{hint}: {type(exc).__name__}: {exc}") from exc
 
 
+def uccl_buffer(lib, group, *args, **kwargs):
+    """UCCL-EP's Buffer, explicitly destroyed: it registers its proxies per GPU in a global table
+    that only destroy() clears, and a second Buffer on that GPU (the next Case's) would abort the
+    process. Its start-up errors (no RDMA device, ranks sharing a GPU) skip with its own words."""
+    try:
+        return lib.Buffer(group, *args, explicitly_destroy=True, **kwargs)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise SkipCase(f"UCCL-EP could not start here: {type(exc).__name__}: {exc}") from exc
+
+
 class DeepEPState(CaseState):
     def __init__(self, p: Problem, op: str, group, device: str, backend: str = "deepep"):
         super().__init__()  # CaseState defaults; fields set below
@@ -51,12 +61,7 @@ class DeepEPState(CaseState):
         self.extra: dict = {}
         self.explicit = backend == "uccl_ep"
         if self.explicit:
-            # explicitly_destroy: UCCL-EP registers its proxies per GPU in a global table that only
-            # destroy() clears; a second Buffer on that GPU (the next Case) would abort the process
-            try:
-                self.buffer = lib.Buffer(group, NVL_BUFFER_BYTES, 0, explicitly_destroy=True)
-            except (RuntimeError, ValueError, OSError) as exc:   # no RDMA device, ranks sharing a GPU
-                raise SkipCase(f"UCCL-EP could not start here: {type(exc).__name__}: {exc}") from exc
+            self.buffer = uccl_buffer(lib, group, NVL_BUFFER_BYTES, 0)
         else:
             self.buffer = lib.Buffer(group, NVL_BUFFER_BYTES, 0)
         # (a failure below leaves the Buffer as it is: destroy() waits for every rank on the GPU)

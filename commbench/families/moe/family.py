@@ -26,6 +26,8 @@ IPC_BACKENDS = ("ipc", "ipc_ll")
 OUR_BACKENDS = IPC_BACKENDS + ("nvshmem_ll",)
 LL_BACKENDS = ("ipc_ll", "nvshmem_ll")
 DEEPEP_API_BACKENDS = ("deepep", "uccl_ep")   # deep_ep.Buffer's API: DeepEP, UCCL-EP's wrapper
+# the layer's backends that talk over the launch's torch process group
+LAYER_GROUP_BACKENDS = ("nccl_a2a", "nccl_agrs", "symm_a2av", "uccl_ep", "uccl_ep_ll")
 LL_SMEM_TOKENS = 12288   # ll_dispatch keeps one int per token in 48 KiB of shared memory
 # Bounds past every published MoE model (DeepSeek-V3: hidden 7168, 256 experts; Mixtral: FFN 14336)
 # that keep one rank's buffers and the CPU routing (tokens x ranks x experts scores) in memory.
@@ -43,7 +45,7 @@ class MoeFamily(Family):
     # round_trip: dispatch then combine, timed as one; layer: dispatch, experts, combine
     ops = ("dispatch", "combine", "round_trip", "layer")
     backends = ("ipc", "ipc_ll", "nvshmem_ll", "nccl_a2a", "nccl_agrs", "symm_a2av", "deepep",
-                "deepep_ll", "uccl_ep")
+                "deepep_ll", "uccl_ep", "uccl_ep_ll")
     dtypes = ("bfloat16", "float8_e4m3")
     default_dtype = "bfloat16"
     params = {
@@ -103,9 +105,8 @@ class MoeFamily(Family):
         if case.backend == "deepep_ll" and case.op != "layer":
             return ("backends", "deepep_ll runs in the layer op (its dispatch and combine alone are the "
                     "layer row's dispatch_us and combine_us)")
-        if case.backend == "uccl_ep" and case.op == "layer":
-            return ("backends", "uccl_ep runs the dispatch, combine and round_trip ops; the layer op "
-                    "does not take it yet")
+        if case.backend == "uccl_ep_ll" and case.op != "layer":
+            return ("backends", "uccl_ep_ll (UCCL-EP's low-latency mode) runs in the layer op")
         if prm["topk"] > prm["experts"]:
             return ("params.topk", f"topk ({prm['topk']}) exceeds the experts ({prm['experts']})")
         if prm["experts"] % case.ranks:
@@ -217,7 +218,7 @@ def _bytes_op(op: str) -> str:
 def _layer_state(case: Case, ctx: RankContext, prm: dict):
     from .layer import LayerState
 
-    group = _nccl_group(ctx, case.backend) if case.backend in ("nccl_a2a", "nccl_agrs", "symm_a2av") else None
+    group = _nccl_group(ctx, case.backend) if case.backend in LAYER_GROUP_BACKENDS else None
     state = LayerState(case, ctx, prm, group)
     state.extra.update(_columns(case, state.problem.routing, prm["hidden"]))
     return state

@@ -90,6 +90,7 @@ class LayerState(CaseState):
         self.count = p.tokens
         self.mbs: list[MicroBatch] = []
         self._deepep_normal = None
+        self._uccl = None   # UCCL-EP's Buffer of this Case, destroyed in close()
         spans = micro_batches(p.tokens, self.overlap)
         self.max_tokens = max(prm["max_tokens"], max(n for _, n in spans))
 
@@ -159,6 +160,15 @@ class LayerState(CaseState):
 
             buffer = low_latency_buffer(ctx, mp, self.max_tokens)
             return DeepEPLowLatencyComm(mp, x, buffer, self.max_tokens, dev)
+        if backend in ("uccl_ep", "uccl_ep_ll"):
+            from .layer_deepep import DeepEPLowLatencyComm, DeepEPNormalComm, uccl_layer_buffer
+
+            ll = backend == "uccl_ep_ll"
+            if self._uccl is None:
+                self._uccl = uccl_layer_buffer(group, mp, self.max_tokens, ll, mp.num_sms)
+            if ll:
+                return DeepEPLowLatencyComm(mp, x, self._uccl, self.max_tokens, dev)
+            return DeepEPNormalComm(mp, x, self._uccl, dev)
         raise ValueError(f"no layer over backend {backend!r}")
 
     def _require_memory(self, mp: Problem, mode: str) -> None:
@@ -318,3 +328,6 @@ class LayerState(CaseState):
         self.mbs = []
         if self._deepep_normal is not None:
             self._deepep_normal = None   # DeepEP frees its buffer when the last reference goes
+        if self._uccl is not None:   # every rank closes its Case together (the runner's teardown)
+            buffer, self._uccl = self._uccl, None
+            buffer.destroy()

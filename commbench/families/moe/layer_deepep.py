@@ -1,5 +1,6 @@
 """The layer's all2all over real DeepEP (v1.2.1 `deep_ep.Buffer`): normal mode (`deepep`)
-and low-latency mode (`deepep_ll`), when deep_ep is importable.
+and low-latency mode (`deepep_ll`), when deep_ep is importable; and over UCCL-EP's
+DeepEP-compatible Buffer (`uccl_ep`, `uccl_ep_ll`), which takes the same calls.
 
 The buffer talks over the launch's mpi4py communicator (DeepEP accepts one in
 place of a torch group), so it needs no NCCL group and runs with several ranks
@@ -11,7 +12,8 @@ H] with a count per expert and weighs at the source: the experts do not.
 The low-latency buffer initialises NVSHMEM inside DeepEP. NVSHMEM comes up
 once per process, so the buffer is kept for the whole launch (cleaned for each
 Case's shape) and cannot share a launch with our NVSHMEM backend: suites put
-deepep_ll in a launch of its own (its own `env`).
+deepep_ll in a launch of its own (its own `env`). UCCL-EP needs a torch process group and keeps
+one set of proxies per GPU: its Buffer lives for one layer Case and is destroyed when it closes.
 """
 from __future__ import annotations
 
@@ -144,5 +146,19 @@ def low_latency_buffer(ctx, p: Problem, max_tokens: int):
     if need > size:
         raise SkipCase(f"DeepEP's low-latency buffer of this launch holds {size} bytes, this "
                        f"shape needs {need}: run it in a launch of its own")
+    buffer.clean_low_latency_buffer(max_tokens, p.hidden, p.experts)
+    return buffer
+
+
+def uccl_layer_buffer(group, p: Problem, max_tokens: int, low_latency: bool, num_sms: int):
+    """UCCL-EP's Buffer for one layer Case (both micro-batches), normal or low-latency mode."""
+    from .deepep import import_library, uccl_buffer
+
+    lib = import_library("uccl_ep")
+    if not low_latency:
+        lib.Buffer.set_num_sms(max(2, num_sms - num_sms % 2))   # even, as DeepEP's
+        return uccl_buffer(lib, group, NVL_BUFFER_BYTES, 0)
+    size = lib.Buffer.get_low_latency_rdma_size_hint(max_tokens, p.hidden, p.ranks, p.experts)
+    buffer = uccl_buffer(lib, group, 0, size, low_latency_mode=True, num_qps_per_rank=max(1, p.local_experts))
     buffer.clean_low_latency_buffer(max_tokens, p.hidden, p.experts)
     return buffer

@@ -64,8 +64,9 @@ def impossible(case, prm: dict) -> tuple[str, str] | None:
     if deepep:
         return deepep
     if case.timing == "graph":
-        if case.backend == "deepep":
-            return ("timing", "DeepEP's normal dispatch waits on the host for the received counts: "
+        if case.backend in ("deepep", "uccl_ep"):
+            who = "DeepEP" if case.backend == "deepep" else "UCCL-EP (DeepEP's API)"
+            return ("timing", f"{who}'s normal dispatch waits on the host for the received counts: "
                               "it cannot be captured in a CUDA graph")
         if prm["gemm"] == "loop":
             return ("params.gemm", "the per-expert GEMM loop reads group sizes on the host: no CUDA graph")
@@ -82,6 +83,6 @@ def deepep_refusal(case, prm: dict) -> tuple[str, str] | None:
     if case.backend == "deepep_ll":
         return deepep_limits.ll_refusal(hidden=prm["hidden"], topk=prm["topk"], experts=prm["experts"],
                                         ranks=case.ranks)
-    if case.backend == "uccl_ep":
-        return uccl_ep_limits.refusal(ranks=case.ranks)
+    if case.backend in ("uccl_ep", "uccl_ep_ll"):
+        return uccl_ep_limits.refusal(ranks=case.ranks, low_latency=case.backend == "uccl_ep_ll")
     return None

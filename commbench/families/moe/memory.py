@@ -15,7 +15,7 @@ layer_nccl.py, symm.py, layer_deepep.py, layer_ref.py), per rank of an EP group 
 
 What it leaves out: the CUDA context, cuBLAS workspaces and NCCL's own buffers (the runner keeps
 a headroom for them), and DeepEP's low-latency buffer, which a launch makes once and which the
-free memory the runner reads then already shows as used.
+free memory the runner reads then already shows as used. UCCL-EP's (made per Case) is estimated.
 """
 from __future__ import annotations
 
@@ -106,17 +106,26 @@ def _comm_parts(s: LayerShape, spans: list[int]) -> dict[str, int]:
         elif s.backend in ("nccl_a2a", "nccl_agrs", "symm_a2av"):
             for name, n in nccl_bytes(s, t).items():
                 add(name, n)
-        elif s.backend == "deepep":   # received rows (with ids, weights), y, out, FP8 inputs
+        elif s.backend in ("deepep", "uccl_ep"):   # received rows (ids, weights), y, out, FP8 inputs
             n = t * _ranks_reached(s.R, s.K)
             add("buffers", n * (BF16 * s.H + s.row_bytes + F32 * s.scales + 8 * s.K)
                 + t * s.H * BF16 + (t * (s.H + F32 * s.scales) if s.fp8 else 0))
-        elif s.backend == "deepep_ll":
+        elif s.backend in ("deepep_ll", "uccl_ep_ll"):
             tm = max(s.max_tokens, max(spans))
             add("buffers", s.L * s.R * tm * s.H * BF16 + t * s.H * BF16)
         add("expert rows", s.pairs(t) * s.H * BF16 + s.pairs(t) * I32 * 2)
-    if s.backend == "deepep":
-        add("DeepEP NVLink buffer", DEEPEP_NVL_BYTES)
+    if s.backend in ("deepep", "uccl_ep"):
+        add(("DeepEP" if s.backend == "deepep" else "UCCL-EP") + " NVLink buffer", DEEPEP_NVL_BYTES)
+    if s.backend == "uccl_ep_ll":   # made for each Case (DeepEP's is made once per launch)
+        add("UCCL-EP low-latency buffer", ll_rdma_bytes(s, max(s.max_tokens, max(spans))))
     return parts
+
+
+def ll_rdma_bytes(s: "LayerShape", max_tokens: int) -> int:
+    """UCCL-EP's low-latency buffer (get_low_latency_rdma_size_hint, DeepEP's layout): two buffers
+    in turn, each with a receive slot per expert and token for dispatch and one for combine, a
+    slot being a BF16 row and its 16-byte header. An estimate: the hint itself needs the library."""
+    return 2 * 2 * s.E * max_tokens * (s.H * BF16 + 16)
 
 
 def layer_plan(case, prm: dict, ranks: int) -> MemoryPlan:

@@ -14,8 +14,14 @@ UCCL_EP_COMMIT = "da914a2"
 UCCL_EP_RANKS = (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)   # buffer.py config_map keys
 
 
-def refusal(*, ranks: int) -> tuple[str, str] | None:
-    """(suite field to blame, reason) when UCCL-EP cannot take this many EP ranks; None when it can."""
+def refusal(*, ranks: int, low_latency: bool = False) -> tuple[str, str] | None:
+    """(suite field to blame, reason) when UCCL-EP cannot take this many EP ranks; None when it can.
+    Low-latency mode has no configuration table; its 1-rank Buffer crashed like the normal one."""
+    if low_latency:
+        if ranks < 2:
+            return ("ranks", f"UCCL-EP ({UCCL_EP_COMMIT}) low-latency mode needs 2 or more ranks "
+                             "(at 1 rank its Buffer crashed the process)")
+        return None
     if ranks not in UCCL_EP_RANKS:
         return ("ranks", f"UCCL-EP ({UCCL_EP_COMMIT}) has dispatch/combine configurations for "
                          f"{list(UCCL_EP_RANKS)} ranks, not {ranks}")
