@@ -2,7 +2,8 @@
 # One GPU call of the device tool: the gate (session.sh default) on this tree (its commit in .commit,
 # carried), then the `checks` group with the time the call has left; the outputs packed so that at
 # most 8 files come back under $OUT (gate-summary.txt, gate-status.txt, checks-summary.txt, info.json,
-# logs.tgz, runs.tgz, uccl-summary.txt). GATE_S: the gate's limit (default 480); CALL_S: the whole call's (585).
+# logs.tgz, runs.tgz, uccl-summary.txt). GATE_S: the gate's limit (default 480); CALL_S: the whole call's (585);
+# AFTER: the session groups run after the gate with the time left (default checks; summary in checks-summary.txt).
 # With .uccl/ carried, UCCL-EP is built from source beside the gate and its rows run after it (uccl-rows).
 # GATE_GROUPS="build tests checks": those groups instead of the default run (then it is not the gate).
 export OUT; cd "$(dirname "$0")/../.."; echo "commit $(cat .commit)"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -22,10 +23,10 @@ if [ -n "$UP" ]; then
   fi
 fi
 left=$((${CALL_S:-585} - SECONDS))
-if [ $left -gt 90 ]; then
+if [ $left -gt 90 ]; then   # AFTER: the groups run with the time left (default checks)
   C=$OUT/checks; mkdir -p $C
-  OUT=$C T_PYTEST_MEMORY=$((left/2)) T_PYTEST_BITWISE=$((left/2 - 10)) timeout $((left - 5)) bash tests/gpu/session.sh checks > $C/session.log 2>&1
-  echo "checks rc=$? after $SECONDS s"; cat $C/status.txt; grep -E "^== " $C/summary.txt
+  OUT=$C T_PYTEST_MEMORY=$((left/2)) T_PYTEST_BITWISE=$((left/2 - 10)) timeout $((left - 5)) bash tests/gpu/session.sh ${AFTER:-checks} > $C/session.log 2>&1
+  echo "${AFTER:-checks} rc=$? after $SECONDS s"; cat $C/status.txt; grep -E "^== " $C/summary.txt
 fi
 cp $G/summary.txt $OUT/gate-summary.txt; cp $G/status.txt $OUT/gate-status.txt; cp $G/info.json $OUT/info.json 2>/dev/null
 [ -d $OUT/checks ] && cp $OUT/checks/summary.txt $OUT/checks-summary.txt
