@@ -14,7 +14,9 @@
 set -uo pipefail
 DIR=${1:-.uccl}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOG=$OUT/uccl-ep.log
 BUILDING=/tmp/uccl-ep.building   # while it exists a build is under way (session.sh's anchors waits on it)
-touch "$BUILDING"; trap 'rm -f "$BUILDING"' EXIT
+FAILED=/tmp/uccl-ep.failed       # left by a build that did not finish: session.sh does not try again
+rm -f "$FAILED"; touch "$BUILDING"
+trap 'rc=$?; rm -f "$BUILDING"; [ $rc -eq 0 ] || touch "$FAILED"' EXIT
 {
   rm -rf /tmp/ibv /tmp/uccl-src /tmp/uccl-ep && mkdir -p /tmp/ibv /tmp/uccl-src /tmp/uccl-ep/uccl
   for d in "$DIR"/*.deb; do dpkg -x "$d" /tmp/ibv; done

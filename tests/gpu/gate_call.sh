@@ -12,20 +12,21 @@ if [ -d .uccl ]; then   # UCCL-EP built from source beside the gate (CPU work wh
   ( OUT=$U MAX_JOBS=6 timeout ${UCCL_BUILD_S:-420} bash tests/gpu/build_uccl_ep.sh .uccl > $U/build.txt 2>&1 ) &
   UP=$!
 fi
-OUT=$G timeout ${GATE_S:-480} bash tests/gpu/session.sh ${GATE_GROUPS:-} > $G/session.log 2>&1; echo "gate rc=$? after $SECONDS s"
+OUT=$G SESSION_S=${GATE_S:-480} timeout ${GATE_S:-480} bash tests/gpu/session.sh ${GATE_GROUPS:-} > $G/session.log 2>&1; echo "gate rc=$? after $SECONDS s"
 cat $G/status.txt; grep -E "^== " $G/summary.txt
 if [ -n "$UP" ]; then
   wait $UP; echo "uccl-ep build beside the gate: rc=$? after $SECONDS s"; cat $U/build.txt
   left=$((${CALL_S:-585} - SECONDS))
   if [ $left -gt 60 ]; then
-    OUT=$U timeout $((left - 5)) bash tests/gpu/session.sh uccl-rows > $U/session.log 2>&1
+    OUT=$U SESSION_S=$((left - 5)) timeout $((left - 5)) bash tests/gpu/session.sh uccl-rows > $U/session.log 2>&1
     echo "uccl-rows rc=$? after $SECONDS s"; grep -E "^== |^uccl-ep|failed:" $U/summary.txt | head -n 20
   fi
 fi
 left=$((${CALL_S:-585} - SECONDS))
 if [ $left -gt 90 ]; then   # AFTER: the groups run with the time left (default checks)
   C=$OUT/checks; mkdir -p $C
-  OUT=$C T_PYTEST_MEMORY=$((left/2)) T_PYTEST_BITWISE=$((left/2 - 10)) timeout $((left - 5)) bash tests/gpu/session.sh ${AFTER:-checks} > $C/session.log 2>&1
+  OUT=$C SESSION_S=$((left - 5)) T_PYTEST_MEMORY=$((left/2)) T_PYTEST_BITWISE=$((left/2 - 10)) timeout $((left - 5)) \
+    bash tests/gpu/session.sh ${AFTER:-checks} > $C/session.log 2>&1
   echo "${AFTER:-checks} rc=$? after $SECONDS s"; cat $C/status.txt; grep -E "^== " $C/summary.txt
 fi
 cp $G/summary.txt $OUT/gate-summary.txt; cp $G/status.txt $OUT/gate-status.txt; cp $G/info.json $OUT/info.json 2>/dev/null

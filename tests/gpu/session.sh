@@ -60,8 +60,13 @@ S="$OUT/summary.txt"; touch "$S"
 TP=.tp; [ -d "$TP" ] || TP=../shared/third_party
 FAILED=()   # steps whose status was not the expected one
 
-limit() {  # limit NAME DEFAULT: the step's time limit, T_<NAME> overrides it
-  local var="T_$(echo "$1" | tr 'a-z-' 'A-Z_')"; echo "${!var:-$2}"
+limit() {  # limit NAME DEFAULT: the step's time limit, T_<NAME> overrides it; with SESSION_S (the
+  # whole session's seconds) no step may run past it, less the closing report's time
+  local var="T_$(echo "$1" | tr 'a-z-' 'A-Z_')" t; t=${!var:-$2}
+  if [ -n "${SESSION_S:-}" ]; then
+    local left=$((SESSION_S - SECONDS - ${T_REPORT:-45} - 10)); [ "$left" -lt "$t" ] && t=$left; [ "$t" -lt 1 ] && t=1
+  fi
+  echo "$t"
 }
 verdict() {  # verdict NAME RC: record a step's status (0 = as expected)
   [ "$2" -eq 0 ] || FAILED+=("$1")
@@ -259,9 +264,9 @@ group_uccl_rows() {   # after the build (group uccl, or gate_call.sh's beside th
   PYTHONPATH=$up LD_LIBRARY_PATH=$ul run uccl-ep-rows 150 tests/gpu/suites/uccl-ep.yaml -- --shared
 }
 uccl_ep_ready() {   # UCCL-EP built in /tmp/uccl-ep: wait for a build under way, else build it (.uccl/ here)
-  local t0=$SECONDS
+  local t0=$SECONDS   # (a build that failed in this machine's life is not tried again)
   while [ -e /tmp/uccl-ep.building ] && [ $((SECONDS - t0)) -lt 420 ]; do sleep 5; done
-  if ! ls /tmp/uccl-ep/uccl/ep*.so >/dev/null 2>&1 && [ -d .uccl ]; then
+  if ! ls /tmp/uccl-ep/uccl/ep*.so >/dev/null 2>&1 && [ -d .uccl ] && [ ! -e /tmp/uccl-ep.failed ]; then
     cmd uccl-ep-build 480 bash tests/gpu/build_uccl_ep.sh .uccl
   fi
   ls /tmp/uccl-ep/uccl/ep*.so >/dev/null 2>&1
@@ -270,8 +275,9 @@ group_anchors() {   # benchmarks/anchors.py: every section with DeepEP and UCCL-
   deepep_wait
   local up=$PYTHONPATH ul=${LD_LIBRARY_PATH:-}
   if uccl_ep_ready; then up=$up:/tmp/uccl-ep/site:/tmp/uccl-ep ul=/tmp/ibv/usr/lib/x86_64-linux-gnu:$ul; fi
+  local budget=$(( $(limit anchors 540) - 20 )); [ "$budget" -lt 1 ] && budget=1   # (0 would mean no limit)
   PYTHONPATH=$up LD_LIBRARY_PATH=$ul cmd anchors 540 python3 benchmarks/anchors.py --out "$OUT/anchors.md" \
-    --budget-s "$(( $(limit anchors 540) - 20 ))"
+    --budget-s "$budget"
 }
 group_short() {   # a short call's check: this card's health record, and the MoE rows' three times
   # (time_us, api_us, kernel_only_us) on every dispatch/combine backend at 2 ranks sharing the GPU
@@ -327,7 +333,7 @@ deepep_wait
 RUNS=$(for d in "$R"/*/; do [ -f "$d/results.csv" ] && echo "$d"; done)
 if [ -n "$RUNS" ]; then
   local_t0=$SECONDS   # one report over every run folder (bounded: the steps' verdicts are already in)
-  timeout "$(limit report 45)" python3 -m commbench report $RUNS --out "$R/report.html" >> "$S" 2>&1
+  timeout "${T_REPORT:-45}" python3 -m commbench report $RUNS --out "$R/report.html" >> "$S" 2>&1
   echo "== closing report: rc=$? in $((SECONDS - local_t0)) s" >> "$S"
   tar czf "$OUT/runs.tgz" -C "$(dirname "$R")" "$(basename "$R")"
 fi

@@ -13,6 +13,12 @@ from commbench.families import get_family
 from commbench.families.moe import deepep
 
 
+@pytest.fixture(autouse=True)
+def _fresh_process(monkeypatch):
+    """Each test as a fresh process: no UCCL-EP start has failed yet."""
+    monkeypatch.setattr(deepep, "_uccl_start_failed", None)
+
+
 def test_uccl_ep_is_a_moe_backend_of_the_dispatch_and_combine_ops():
     fam = get_family("moe")
     assert "uccl_ep" in fam.backends
@@ -203,3 +209,39 @@ def test_uccl_ep_layer_plans_its_buffers():
     assert plan("uccl_ep")["UCCL-EP NVLink buffer"] == 1 << 30
     assert plan("uccl_ep_ll")["UCCL-EP low-latency buffer"] == 2 * 2 * 256 * 128 * (7168 * 2 + 16)
     assert "UCCL-EP low-latency buffer" not in plan("deepep_ll")   # DeepEP's is made once per launch
+
+
+def test_after_a_failed_start_uccl_ep_is_not_started_again_in_that_process(uccl_stand_in):
+    from commbench.families.moe.layer_deepep import uccl_layer_buffer
+
+    uccl_stand_in.fail = AssertionError("NVLink connections not available")
+    with pytest.raises(SkipCase, match="could not start here: AssertionError: NVLink"):
+        uccl_layer_buffer("group", _layer_problem(), 128, low_latency=False, num_sms=24)
+    uccl_stand_in.fail = None   # it would start now, but its proxies may still be registered
+    with pytest.raises(SkipCase, match="failed to start earlier in this launch .AssertionError: NVLink"):
+        uccl_layer_buffer("group", _layer_problem(), 128, low_latency=False, num_sms=24)
+    assert not [c for c in uccl_stand_in.calls if c[0] == "Buffer"]
+
+
+def test_a_programming_error_in_uccl_ep_start_up_fails_and_later_starts_skip(uccl_stand_in):
+    from commbench.families.moe.layer_deepep import uccl_layer_buffer
+
+    uccl_stand_in.fail = TypeError("unexpected keyword")
+    with pytest.raises(TypeError):
+        uccl_layer_buffer("group", _layer_problem(), 128, low_latency=False, num_sms=24)
+    with pytest.raises(SkipCase, match="failed to start earlier"):
+        uccl_layer_buffer("group", _layer_problem(), 128, low_latency=False, num_sms=24)
+
+
+def test_a_low_latency_buffer_whose_cleaning_fails_is_destroyed(uccl_stand_in, monkeypatch):
+    from commbench.families.moe.layer_deepep import uccl_layer_buffer
+
+    def bad_clean(self, *args):
+        raise RuntimeError("clean failed")
+
+    monkeypatch.setattr(uccl_stand_in, "clean_low_latency_buffer", bad_clean)
+    monkeypatch.setattr(uccl_stand_in, "destroy", lambda self: uccl_stand_in.calls.append(("destroy",)),
+                        raising=False)
+    with pytest.raises(RuntimeError, match="clean failed"):
+        uccl_layer_buffer("group", _layer_problem(), 128, low_latency=True, num_sms=24)
+    assert uccl_stand_in.calls[-1] == ("destroy",)

@@ -38,14 +38,26 @@ def import_library(backend: str):
         raise SkipCase(f"{module} is not importable{hint}: {type(exc).__name__}: {exc}") from exc
 
 
+_uccl_start_failed: str | None = None   # this process's first UCCL-EP start-up failure
+
+
 def uccl_buffer(lib, group, *args, **kwargs):
     """UCCL-EP's Buffer, explicitly destroyed: it registers its proxies per GPU in a global table
     that only destroy() clears, and a second Buffer on that GPU (the next Case's) would abort the
-    process. Its start-up errors (no RDMA device, ranks sharing a GPU) skip with its own words."""
+    process. Its start-up errors (no RDMA device, ranks sharing a GPU, an unsupported set-up it
+    asserts on) skip with its own words. A start that failed may have left its proxies registered
+    (no Buffer to destroy), so after one every later start in this process is skipped too."""
+    global _uccl_start_failed
+    if _uccl_start_failed is not None:
+        raise SkipCase(f"UCCL-EP failed to start earlier in this launch ({_uccl_start_failed}); "
+                       "another start here could abort the process")
     try:
         return lib.Buffer(group, *args, explicitly_destroy=True, **kwargs)
-    except (RuntimeError, ValueError, OSError) as exc:
-        raise SkipCase(f"UCCL-EP could not start here: {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:
+        _uccl_start_failed = f"{type(exc).__name__}: {exc}"[:300]
+        if isinstance(exc, (RuntimeError, ValueError, OSError, AssertionError)):
+            raise SkipCase(f"UCCL-EP could not start here: {type(exc).__name__}: {exc}") from exc
+        raise
 
 
 class DeepEPState(CaseState):

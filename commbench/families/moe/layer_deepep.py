@@ -160,5 +160,9 @@ def uccl_layer_buffer(group, p: Problem, max_tokens: int, low_latency: bool, num
         return uccl_buffer(lib, group, NVL_BUFFER_BYTES, 0)
     size = lib.Buffer.get_low_latency_rdma_size_hint(max_tokens, p.hidden, p.ranks, p.experts)
     buffer = uccl_buffer(lib, group, 0, size, low_latency_mode=True, num_qps_per_rank=max(1, p.local_experts))
-    buffer.clean_low_latency_buffer(max_tokens, p.hidden, p.experts)
+    try:
+        buffer.clean_low_latency_buffer(max_tokens, p.hidden, p.experts)
+    except BaseException:
+        buffer.destroy()   # not yet the Case's: nothing else would destroy it
+        raise
     return buffer
