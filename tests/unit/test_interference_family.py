@@ -63,3 +63,17 @@ def test_two_rank_cpu_run_is_correct_and_reports_slowdowns(tmp_path):
     assert (df.comm_slowdown == df.comm_together_us / df.comm_alone_us).all()
     # the step runs both: it lasts at least as long as the longer of the two, iteration by iteration
     assert (df.time_us >= df[["gemm_together_us", "comm_together_us"]].min(axis=1) * 0.999).all()
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 1, 1), (7, 11, 13), (5, 3, 15), (16, 17, 31), (40, 9, 301)])
+def test_gemm_tiles_and_period_reference_equal_the_direct_formulas(m, n, k):
+    torch = pytest.importorskip("torch")
+    a, b, c = gemm.make(m, n, k, "float32", "cpu")
+    ks = torch.arange(k)
+    assert torch.equal(a, gemm._a(torch.arange(m), ks).float())       # A[i, k] = (i + 2k) % 3 != 0
+    assert torch.equal(b, gemm._b(ks, torch.arange(n)).float())       # B[k, j] = (3k + j) % 5 != 0
+    gemm.run(a, b, c)
+    assert torch.equal(c.double(), gemm._a(torch.arange(m), ks).double() @ gemm._b(ks, torch.arange(n)).double())
+    assert gemm.count_wrong(c, k, "float32") == 0
+    c[0, n - 1] += 1   # row 0 is always among the checked rows
+    assert gemm.count_wrong(c, k, "float32") == 1

@@ -23,14 +23,25 @@ def _b(k, cols):
 
 
 def make(m: int, n: int, k: int, dtype: str, device: str):
-    """(A, B, C) on ``device``; C is the output buffer (zeroed)."""
+    """(A, B, C) on ``device``; C is the output buffer (zeroed). A repeats a 3 x 3 tile (its rows and
+    columns mod 3) and B a 5 x 5 one, so each is gathered from its tile in the Case's dtype: no
+    index the size of the matrix is built (int64, 16 bytes an element with its remainder)."""
     import torch
 
     td = torch_dtype(dtype)
-    ks = torch.arange(k, device=device)
-    a = _a(torch.arange(m, device=device), ks).to(td)
-    b = _b(ks, torch.arange(n, device=device)).to(td)
+    a = _gather(_a(torch.arange(3), torch.arange(3)), m, k, 3, td, device)
+    b = _gather(_b(torch.arange(5), torch.arange(5)), k, n, 5, td, device)
     return a, b, torch.zeros(m, n, dtype=td, device=device)
+
+
+def _gather(tile, rows: int, cols: int, period: int, td, device):
+    """The [rows, cols] matrix whose (i, j) is tile[i % period, j % period]."""
+    import torch
+
+    t = tile.to(td).to(device)
+    r = torch.arange(rows, device=device) % period
+    c = torch.arange(cols, device=device) % period
+    return t[r][:, c]
 
 
 def run(a, b, c) -> None:
@@ -40,13 +51,16 @@ def run(a, b, c) -> None:
 
 
 def count_wrong(c, k: int, dtype: str) -> int:
-    """Wrong elements in CHECK_ROWS rows of C spread over the matrix (float64 reference on the CPU)."""
+    """Wrong elements in CHECK_ROWS rows of C spread over the matrix, against a float64 reference on
+    the CPU built from the patterns' period (15 = 3 x 5 in k): C[i, j] = sum over the residues r of
+    k mod 15 of (how many k < K have that residue) x A[i, r] x B[r, j]. Host memory: 15 rows of B."""
     import torch
 
     m, n = c.shape
     rows = torch.linspace(0, m - 1, steps=min(CHECK_ROWS, m)).round().long().unique()
-    ks = torch.arange(k)
-    want = _a(rows, ks).double() @ _b(ks, torch.arange(n)).double()
+    res = torch.arange(15)
+    per = torch.full((15,), k // 15, dtype=torch.float64) + (res < k % 15).double()
+    want = (_a(rows, res).double() * per) @ _b(res, torch.arange(n)).double()
     got = c[rows.to(c.device)].double().cpu()
     bad = ~((got - want).abs() <= REL_TOL.get(dtype, 0.0) * want.abs())   # NaN counts as wrong
     return int(bad.sum())
