@@ -17,6 +17,13 @@ CHUNK = 1 << 26  # elements per fill/check step
 NUMPY = "numpy"  # the device of host buffers held as numpy arrays (no torch)
 
 
+def chunk_ranges(count: int, chunk: int):
+    """[start, stop) of each step of at most ``chunk`` elements over ``count``: how a pattern is
+    written and checked without temporaries the size of the buffer (every family's check)."""
+    for start in range(0, count, chunk):
+        yield start, min(start + chunk, count)
+
+
 @dataclass
 class Buffers:
     send: object
@@ -50,15 +57,12 @@ def fill(buf, rank: int, offset: int = 0) -> None:
     if _is_numpy(buf):
         import numpy as np
 
-        for start in range(0, buf.size, CHUNK):
-            stop = min(buf.size, start + CHUNK)
+        for start, stop in chunk_ranges(buf.size, CHUNK):
             buf[start:stop] = pattern.values(rank, np.arange(start + offset, stop + offset, dtype=np.int64))
         return
     import torch
 
-    n = buf.numel()
-    for start in range(0, n, CHUNK):
-        stop = min(n, start + CHUNK)
+    for start, stop in chunk_ranges(buf.numel(), CHUNK):
         idx = torch.arange(start + offset, stop + offset, device=buf.device, dtype=torch.int64)
         buf[start:stop] = pattern.values(rank, idx).to(buf.dtype)
 
@@ -182,10 +186,8 @@ def count_wrong(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int, dtype
     res = bufs.result
     if _is_numpy(res):
         return _count_wrong_numpy(op, reduce_op, bufs, n, rank, dtype)
-    total = res.numel()
     wrong = 0
-    for start in range(0, total, CHUNK):
-        stop = min(total, start + CHUNK)
+    for start, stop in chunk_ranges(res.numel(), CHUNK):
         exp = expected_chunk(op, reduce_op, n, rank, bufs.count, start, stop, res.device)
         if exp is None:
             return 0
@@ -206,8 +208,7 @@ def _count_wrong_numpy(op: str, reduce_op: str, bufs: Buffers, n: int, rank: int
     import numpy as np
 
     res, wrong = bufs.result, 0
-    for start in range(0, res.size, CHUNK):
-        stop = min(res.size, start + CHUNK)
+    for start, stop in chunk_ranges(res.size, CHUNK):
         exp = expected_chunk(op, reduce_op, n, rank, bufs.count, start, stop, NUMPY)
         if exp is None:
             return 0

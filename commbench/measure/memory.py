@@ -62,6 +62,14 @@ class MemoryPlan:
         return f"{gib(self.peak_bytes)}: " + " + ".join(items) if items else gib(0)
 
 
+TORCH_ALLOC_BLOCK_BYTES = 512   # torch's caching allocator rounds every allocation up to this
+
+
+def torch_alloc_bytes(nbytes: int) -> int:
+    """What torch's caching allocator takes for a tensor of ``nbytes``: a plan's small tensors."""
+    return -(-nbytes // TORCH_ALLOC_BLOCK_BYTES) * TORCH_ALLOC_BLOCK_BYTES
+
+
 def gib(nbytes: float) -> str:
     return f"{nbytes / GIB:.1f} GiB"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from commbench.families import get_family
+from commbench.comm.buffers import chunk_ranges
 from commbench.families.copy import buffers
 from commbench.families.copy.memory import copy_plan, pool_bytes
 from commbench.measure.memory import GIB
@@ -109,9 +110,10 @@ def test_the_chunked_pattern_is_the_whole_one(small_chunks):
     import torch
 
     whole = torch.arange(1000, dtype=torch.int32).bitwise_xor_(buffers.MASKS[1])   # the pattern as it was
-    parts = torch.cat([buffers.pattern(stop - start, 1, "cpu", start) for start, stop in buffers.chunks(1000)])
+    parts = torch.cat([buffers.pattern(stop - start, 1, "cpu", start)
+                       for start, stop in chunk_ranges(1000, buffers.CHUNK_ELEMS)])
     assert torch.equal(parts, whole)
-    assert list(buffers.chunks(250)) == [(0, 100), (100, 200), (200, 250)]
+    assert list(chunk_ranges(250, buffers.CHUNK_ELEMS)) == [(0, 100), (100, 200), (200, 250)]
 
 
 @pytest.mark.parametrize("at", [0, 99, 100, 101, 199, 200, 999])

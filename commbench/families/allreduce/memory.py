@@ -4,9 +4,9 @@ Per rank, by backend: NCCL's send and receive buffers (ordinary, or ncclMemAlloc
 as windows for nccl_symm); torch symmetric memory's symmetric input and ordinary output; commbench's
 kernels' peer-visible allocation (the input padded to whole vectors of every rank, the two-shot
 scratch of one rank's share, the flags) and the padded output. Beside them the pattern's
-chunk-sized temporaries while an input is rewritten or a result checked (data.CHECK_PEAK_BYTES,
-at most). Not counted: NCCL's internal buffers and the signal pads of torch symmetric memory (the
-runner keeps 1 GiB of headroom for such things).
+chunk-sized temporaries while an input is rewritten or a result checked (at most
+data.CHECK_BYTES_PER_ELEM per element of a chunk). Not counted: NCCL's internal buffers and the
+signal pads of torch symmetric memory (the runner keeps 1 GiB of headroom for such things).
 """
 from __future__ import annotations
 
@@ -28,6 +28,6 @@ def allreduce_plan(case, world_size: int) -> MemoryPlan:
         parts = {"symmetric input": nbytes, "output": nbytes}
     else:
         parts = {"send buffer": nbytes, "receive buffer": nbytes}
-    check = min(count, data.CHUNK_ELEMS) * data.CHECK_PEAK_BYTES // data.CHUNK_ELEMS
+    check = min(count, data.CHUNK_ELEMS) * data.CHECK_BYTES_PER_ELEM
     return MemoryPlan.of(parts, {"pattern and check": check},
                          note="NCCL's own buffers and symmetric-memory signal pads are not counted")

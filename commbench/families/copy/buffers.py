@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ...comm.buffers import chunk_ranges
 from . import native
 
 ELEMENT_BYTES = 4
@@ -30,7 +31,8 @@ def slot_stride(size_bytes: int) -> int:
 
 
 def slot_count(size_bytes: int, span_bytes: int) -> int:
-    """Slots a pool rotates through: as many whole copies as fit in ``span_bytes`` (at least 1)."""
+    """Slots a pool rotates through: as many whole copies as fit in ``span_bytes`` (at least 1; span 0:
+    one)."""
     return max(1, span_bytes // slot_stride(size_bytes))
 
 
@@ -39,12 +41,6 @@ CHUNK_ELEMS = 1 << 24   # 64 MiB of int32 per chunk
 # pattern made from it (the check compares after the index is gone: the pattern, a host chunk
 # staged on the GPU and the comparison's booleans are 9 bytes)
 CHUNK_PEAK_BYTES_PER_ELEM = 8 + 4
-
-
-def chunks(count: int):
-    """[start, stop) of each chunk of ``count`` elements."""
-    for start in range(0, count, CHUNK_ELEMS):
-        yield start, min(start + CHUNK_ELEMS, count)
 
 
 def pattern(count: int, seed: int, device: Any, start: int = 0):
@@ -60,7 +56,7 @@ def count_wrong(got, seed: int, device: Any = None) -> int:
     ``device`` (default: where ``got`` is; a host buffer's chunks are copied to it)."""
     device = got.device if device is None else device
     wrong = 0
-    for start, stop in chunks(got.numel()):
+    for start, stop in chunk_ranges(got.numel(), CHUNK_ELEMS):
         want = pattern(stop - start, seed, device, start)   # first: its index is gone before the staging
         wrong = wrong + (got[start:stop].to(want.device) != want).sum()   # summed there, read once
     return int(wrong)
@@ -105,7 +101,7 @@ class Pool:
 
     def fill(self, seed: int) -> None:
         """The pattern over the whole pool, chunk by chunk (made on the pool's GPU, then copied here)."""
-        for start, stop in chunks(self.view.numel()):
+        for start, stop in chunk_ranges(self.view.numel(), CHUNK_ELEMS):
             self.view[start:stop].copy_(pattern(stop - start, seed, f"cuda:{self.gpu}", start))
 
     def clear(self, count: int) -> None:

@@ -137,7 +137,7 @@ class Copy(Family):
                                f"(engine ce goes through the host)")
         size = case.size_bytes
         span = int(case.param("buffer_span_bytes", ROTATION_SPAN_BYTES))
-        slots = buffers.slot_count(size, span) if span else 1
+        slots = buffers.slot_count(size, span)   # one slot without a span
         stride = buffers.slot_stride(size)
         src_place, dst_place = _places(case.op, memory)
         dst_gpu = peer if case.op in PAIR_OPS else gpu

@@ -43,7 +43,7 @@ NOTE = ("the busiest GPU the copy touches; not counted: host memory (pinned mapp
 def pool_bytes(size_bytes: int, span_bytes: int) -> int:
     """The bytes of one pool: every slot the copies rotate through (Copy._build)."""
     stride = buffers.slot_stride(size_bytes)
-    slots = buffers.slot_count(size_bytes, span_bytes) if span_bytes else 1
+    slots = buffers.slot_count(size_bytes, span_bytes)   # one slot without a span
     return stride * slots
 
 

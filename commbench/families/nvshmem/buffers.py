@@ -7,6 +7,7 @@ Everything here takes torch tensors on any device (the unit tests use CPU tensor
 """
 from __future__ import annotations
 
+from ...comm.buffers import chunk_ranges
 from ...dtypes import torch_dtype
 
 # Largest value whose every integer below is exact in the dtype: P2P patterns stay below it.
@@ -39,12 +40,6 @@ def view(ptr: int, size_bytes: int, dtype: str, device: str):
     return raw.view(torch_dtype(dtype))
 
 
-def chunks(count: int):
-    """[start, stop) ranges of at most CHUNK_ELEMS covering ``count`` elements."""
-    for start in range(0, count, CHUNK_ELEMS):
-        yield start, min(start + CHUNK_ELEMS, count)
-
-
 def index(start: int, stop: int, device):
     """int64 positions start..stop-1 on ``device``."""
     import torch
@@ -66,7 +61,7 @@ def counter_chunk(start: int, stop: int, device, added: int = 0):
 
 def fill(tensor, values) -> None:
     """Write ``values(start, stop)`` (a chunk of the pattern) into 1-D ``tensor``, chunk by chunk."""
-    for start, stop in chunks(tensor.numel()):
+    for start, stop in chunk_ranges(tensor.numel(), CHUNK_ELEMS):
         tensor[start:stop].copy_(values(start, stop))
 
 
@@ -74,7 +69,7 @@ def count_exact(got, values) -> int:
     """Elements of 1-D ``got`` that differ from ``values(start, stop)`` (exact comparison); summed
     on the device, read once."""
     wrong = 0
-    for start, stop in chunks(got.numel()):
+    for start, stop in chunk_ranges(got.numel(), CHUNK_ELEMS):
         wrong = wrong + (got[start:stop] != values(start, stop)).sum()
     return int(wrong)
 
@@ -84,4 +79,5 @@ def count_within(got, values, dtype: str) -> int:
     (comm.buffers.mismatches, as the collectives family checks NCCL's results)."""
     from ...comm.buffers import mismatches
 
-    return sum(mismatches(got[start:stop], values(start, stop), dtype) for start, stop in chunks(got.numel()))
+    return sum(mismatches(got[start:stop], values(start, stop), dtype)
+               for start, stop in chunk_ranges(got.numel(), CHUNK_ELEMS))

@@ -34,14 +34,13 @@ from typing import Mapping
 
 from ... import metrics
 from ...dtypes import BYTES as ELEM_BYTES
-from ...measure.memory import MemoryPlan, gib
+from ...measure.memory import MemoryPlan, gib, torch_alloc_bytes
 from . import buffers
 from .coll import buffer_counts
 from .ops import COLL, OPS
 
 MIN_BUFFER_BYTES = 256            # NvshmemHandle.buffer's smallest allocation
 SIGNAL_BYTES = 64                 # p2p.setup's signal words
-ALLOC_BLOCK = 512                 # torch's caching allocator rounds small tensors up to this
 SYMMETRIC_SIZE_DEFAULT = 1 << 30            # NVSHMEM_SYMMETRIC_SIZE's default
 MAX_MEMORY_PER_GPU_DEFAULT = 128 << 30      # NVSHMEM_MAX_MEMORY_PER_GPU's default (NVSHMEM 3.4)
 CUMEM_GRANULARITY_DEFAULT = 512 << 20       # NVSHMEM_CUMEM_GRANULARITY's default
@@ -123,13 +122,10 @@ def nvshmem_plan(case, world_size: int, env: Mapping[str, str]) -> MemoryPlan:
         chunk = min(max(n_src, n_dst), buffers.CHUNK_ELEMS)
         transient = {"pattern and check": chunk * buffers.COLL_PEAK_PER_ELEM}
     else:   # the wait-timeout flag and the in-kernel timer stamps (one per iteration, and one more)
-        parts["flag and timer stamps"] = _blocks(4) + _blocks(8 * (case.warmup + case.iters + 1))
+        parts["flag and timer stamps"] = torch_alloc_bytes(4) + torch_alloc_bytes(8 * (case.warmup + case.iters + 1))
         chunk = min(case.size_bytes // elem, buffers.CHUNK_ELEMS)
         transient = {"pattern and check": chunk * buffers.P2P_PEAK_PER_ELEM}
     note = (f"{heap_text(env)}; NVSHMEM's start-up (once per launch) and buffers earlier Cases left "
             f"in the grow-only pool are not counted")
     return MemoryPlan.of(parts, transient, note=note)
 
-
-def _blocks(nbytes: int) -> int:
-    return -(-nbytes // ALLOC_BLOCK) * ALLOC_BLOCK

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ...measure.state import CaseState
+from ...comm.buffers import chunk_ranges
 from . import native
 from .native import KERNEL_ERRORS, ProxyError
 
@@ -157,8 +158,7 @@ def fill_words(buf, salt: int) -> None:
     import torch
 
     words = buf.view(torch.int32)
-    for start in range(0, words.numel(), CHUNK_WORDS):
-        stop = min(start + CHUNK_WORDS, words.numel())
+    for start, stop in chunk_ranges(words.numel(), CHUNK_WORDS):
         i = torch.arange(start, stop, dtype=torch.int64, device=buf.device)
         words[start:stop].copy_(i.mul_(2654435761).add_(salt * 40503).bitwise_and_(0x7FFFFFFF).bitwise_or_(1))
 
@@ -166,9 +166,8 @@ def fill_words(buf, salt: int) -> None:
 def count_wrong_bytes(got, want) -> int:
     """Bytes of ``got`` (uint8, on any device: the host or a peer GPU) that differ from ``want``
     (uint8, the source), compared chunk by chunk on ``want``'s device."""
-    chunk, wrong = 4 * CHUNK_WORDS, 0
-    for start in range(0, want.numel(), chunk):
-        stop = min(start + chunk, want.numel())
+    wrong = 0
+    for start, stop in chunk_ranges(want.numel(), 4 * CHUNK_WORDS):
         wrong = wrong + (got[start:stop].to(want.device) != want[start:stop]).sum()
     return int(wrong)
 

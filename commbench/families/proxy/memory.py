@@ -12,10 +12,9 @@ GPU).
 """
 from __future__ import annotations
 
-from ...measure.memory import MemoryPlan
+from ...measure.memory import MemoryPlan, torch_alloc_bytes
 from . import bench
 
-ALLOC_BLOCK = 512        # torch's caching allocator rounds small tensors up to this
 RING_HEAD_BYTES = 8 * 8  # per proxy thread: kernels/proxy_ring.cuh kTailStride u64 words
 
 
@@ -25,11 +24,11 @@ def proxy_plan(case, prm: dict) -> MemoryPlan:
     parts = {"source window": window}
     if prm["executor"] == "device":
         parts["destination window"] = window
-    small = 2 * _blocks(4 * producers) + _blocks(8)                  # posted, direct_done, error
+    small = 2 * torch_alloc_bytes(4 * producers) + torch_alloc_bytes(8)   # posted, direct_done, error
     if case.backend == "proxy":
         small += RING_HEAD_BYTES * prm["proxy_threads"]
     if case.op == "latency":   # kernel-clock stamps of the timed launch and its calibration
-        small += _blocks(8 * (case.warmup + case.iters)) + _blocks(16)
+        small += torch_alloc_bytes(8 * (case.warmup + case.iters)) + torch_alloc_bytes(16)
     parts["counters and stamps"] = small
     chunk = min(window, 4 * bench.CHUNK_WORDS)
     brought = chunk if prm["executor"] in ("host", "peer") else 0     # the destination's chunk, copied here
@@ -37,6 +36,3 @@ def proxy_plan(case, prm: dict) -> MemoryPlan:
     return MemoryPlan.of(parts, transient, note="pinned host memory (rings, executor host's destination) "
                                                "and executor peer's destination on the next GPU are not counted")
 
-
-def _blocks(nbytes: int) -> int:
-    return -(-nbytes // ALLOC_BLOCK) * ALLOC_BLOCK
