@@ -43,6 +43,7 @@
 #   suites-more the other shipped suites one GPU can run: copy, interference, nvshmem-ibrc-vs-ibgda, parity at 1 rank
 #   fit       suites/moe-layer.yaml and suites/training.yaml at 1 rank: whole shipped suites whose largest
 #             Cases exceed an 80 GB card (each is skipped with its memory plan, never an OOM); then allreduce-large
+#   training-1 suites/training.yaml at 1 rank (the part of fit a short call can take)
 #   allreduce-large suites/allreduce-algos.yaml at 1 rank, 2 GiB and 8 GiB only (every backend, its memory plan)
 #   parity    commbench vs nccl-tests (benchmarks/parity_nccl_tests.sh on $NCCL_TESTS_TGZ, default
 #             $TP/nccl-tests-2.19.6.tar.gz): parity.md and parity.tgz; then the cache-hot A/B
@@ -245,8 +246,11 @@ group_suites_more() {   # the other shipped suites a one-GPU machine can run (is
 }
 group_fit() {   # the shipped suites that ran out of memory on H100 80GB before Cases had memory plans
   run moe-layer-1 300 suites/moe-layer.yaml --set ranks=1
-  run training-1 200 suites/training.yaml --set ranks=1
+  group_training_1
   group_allreduce_large
+}
+group_training_1() {   # suites/training.yaml at 1 rank (llama3-70b's distributed optimizer ran out of memory on H100 80GB)
+  run training-1 200 suites/training.yaml --set ranks=1
 }
 group_allreduce_large() {   # allreduce-algos' two largest sizes at 1 rank (8 GiB ran out of memory on H100 80GB)
   run allreduce-large 240 suites/allreduce-algos.yaml --set ranks=1 --set 'sizes=[2GiB, 8GiB]'
@@ -310,7 +314,7 @@ group_x2() {
   run moe-ep2 150 suites/moe.yaml --set ranks=2
 }
 
-GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites suites-more fit allreduce-large uccl uccl-rows anchors short parity x2"
+GROUPS_ALL="build tests shared families checks tests-all shared-full families-all suites suites-more fit training-1 allreduce-large uccl uccl-rows anchors short parity x2"
 groups=("$@")
 if [ ${#groups[@]} -eq 0 ]; then
   groups=(build tests shared families); [ "$GPUS" -ge 2 ] && groups+=(x2)

@@ -6,10 +6,10 @@ the Case, plus what set-up took outside torch: NVSHMEM heap, IPC buffers), throu
 
 Margin: an estimate may not fall below 0.9 x the peak - 256 MiB (an estimate under the truth is
 how a Case meets an out-of-memory error; the fit check keeps 1 GiB of the GPU free besides the
-estimate, which covers a miss of that size: a kernel library's first load into the context, seen as
-~0.1 GiB beside the proxy's 256 MiB Case on an H100, is not part of any Case's plan), nor exceed
-1.5 x the peak + 1 GiB (an estimate far above it skips Cases that would fit). The proxy Case runs
-twice: the second time its library is already loaded, which shows what the first load took.
+estimate, which covers a miss of that size), nor exceed 1.5 x the peak + 1 GiB (an estimate far
+above it skips Cases that would fit). The proxy's 256 MiB Case runs twice: on an H100 (2026-12-07)
+both runs peaked ~0.1 GiB above its plan (0.53 GiB), so the miss is per Case, not a library's first
+load; what takes it is not yet known, and the table shows whether it changes.
 A Case forced not to fit (llama3-405b's distributed optimizer at one rank)
 must be skipped with "needs X GiB, Y GiB free on <this GPU>", and the next Case must still run.
 The table of estimates and peaks is printed (-s) for the measurement notes.
