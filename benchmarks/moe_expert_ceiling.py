@@ -65,14 +65,15 @@ def measure(model: str, phase: str, iters: int, device: str = "cuda") -> tuple[l
     bound = expert_roofline(counts, H, I, hbm_gbps, peak)
     rows = []
 
-    def add(path: str, t: float, flops: float, nbytes: float, wrong: int) -> None:
+    def add(path: str, t: float, flops: float, nbytes: float, wrong: int, tuned: dict | None = None) -> None:
         rows.append({"model": model, "phase": phase, "tokens": tokens, "path": path, "time_us": round(t, 1),
                      "tflops": round(flops / t / 1e6, 1), "hbm_tbps": round(nbytes / t / 1e6, 2),
-                     "pct_of_roofline": round(bound.pct_of(t), 1), "wrong": wrong, "gpu": gpu})
+                     "pct_of_roofline": round(bound.pct_of(t), 1), "wrong": wrong, "gpu": gpu,
+                     "tuned": tuned or {}})
 
-    # the grouped step: the same rows as benchmarks/moe_experts.py
+    # the grouped step: the same rows as benchmarks/moe_experts.py (the fused kernel's tiles kept)
     for r in rows_for(model, tokens, ["grouped_mm", "fused"], device=device, iters=iters):
-        add(r["gemm"], r["time_us"], bound.flops, bound.bytes, r["wrong"])
+        add(r["gemm"], r["time_us"], bound.flops, bound.bytes, r["wrong"], r.get("tuned"))
     _dense_rows(add, pairs, H, I, bound.flops, iters, device)
     torch.cuda.empty_cache()
     _read_row(add, touched, H, I, iters, device)
