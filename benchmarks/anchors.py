@@ -9,7 +9,9 @@ against DeepEP v1.2.1 LL per shape and dispatch dtype, BF16 and FP8: kernel time
 CUDA graph, ours / DeepEP; the check at 1, 2 and 4 ranks sharing the GPU), ``ep`` (normal-mode
 dispatch/combine of our ipc kernels, DeepEP and UCCL-EP at deepseek-v3's shape, with the three
 times; UCCL-EP ran or skipped with its reason), ``experts`` (per model,
-phase and GEMM path: % of the roofline against decode >= 85%, prefill >= 70%), ``proxy`` (delivery
+phase and GEMM path: % of the roofline against decode >= 85%, prefill >= 70%), ``ceiling`` (the
+prefill step's measured ceiling: cuBLAS on the same FLOPs and the weights read once, beside the
+grouped kernels), ``proxy`` (delivery
 p50 <= 2.5 us, rate >= 100 M commands/s at the family's defaults). Exit 0 when everything ran and
 every row was right; 1 with the reasons otherwise (a missed target too, with --strict); 2 for a
 bad argument. ``--out FILE.md`` also writes FILE.json with every record.
@@ -30,14 +32,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import anchors_report as rep  # noqa: E402
 import anchors_sections as run  # noqa: E402
+import moe_expert_ceiling as ceiling  # noqa: E402
 import moe_ll_vs_deepep as ll  # noqa: E402
 
-SECTIONS = ("ll", "ep", "experts", "proxy")   # the report's order
-RUN_ORDER = ("proxy", "ll", "ep", "experts")  # the cheapest first, so a call cut short keeps the most
+SECTIONS = ("ll", "ep", "experts", "ceiling", "proxy")   # the report's order
+RUN_ORDER = ("proxy", "ll", "ep", "experts", "ceiling")  # the cheapest first, so a call cut short keeps the most
 MIN_SECTION_S = 15                      # less left of --budget-s: the section is not started
 TITLES = {"ll": "Low-latency dispatch/combine: ours vs DeepEP",
           "ep": "Normal-mode dispatch/combine: ours, DeepEP and UCCL-EP",
-          "experts": "Expert kernel against its roofline", "proxy": "Proxy command delivery"}
+          "experts": "Expert kernel against its roofline",
+          "ceiling": "Expert step at prefill: the measured ceiling", "proxy": "Proxy command delivery"}
 
 
 def _dist(name: str) -> str | None:
@@ -98,6 +102,15 @@ def section_experts(res: dict) -> tuple[list[str], bool]:
             *verdict, "", *rep.expert_table(res["records"]), ""], met
 
 
+def section_ceiling(res: dict) -> tuple[list[str], None]:
+    return [f"## {TITLES['ceiling']}", "",
+            "benchmarks/moe_expert_ceiling.py: the step's FLOPs as one dense MLP (cuBLAS; ours on one expert) "
+            "and its weight bytes read once, beside the grouped step; ceiling = roofline / the slower of the "
+            "dense GEMM and the weight read (what a kernel overlapping them perfectly at these rates reaches).",
+            "", *ceiling.verdicts(res["records"], res["summaries"]), "", *ceiling.summary_table(res["summaries"]),
+            "", *ceiling.row_table(res["records"]), ""], None   # the target is the experts section's
+
+
 def section_proxy(res: dict) -> tuple[list[str], bool]:
     verdict, met = rep.proxy_verdicts(res["records"], res["defaults"])
     d = res["defaults"]
@@ -108,7 +121,8 @@ def section_proxy(res: dict) -> tuple[list[str], bool]:
             *verdict, "", *rep.proxy_table(res["records"], d), ""], met
 
 
-RENDER = {"ll": section_ll, "ep": section_ep, "experts": section_experts, "proxy": section_proxy}
+RENDER = {"ll": section_ll, "ep": section_ep, "experts": section_experts, "ceiling": section_ceiling,
+          "proxy": section_proxy}
 
 
 def render(info: dict, sections: list[str], quick: bool, results: dict, strict: bool,
@@ -183,6 +197,8 @@ def main(argv=None) -> int:
             results["ll"] = run.run_ll(work, named, specs, args.quick, lambda: max(1, limit(timeout_s)))
         elif sec == "experts":
             results["experts"] = run.run_experts(work, args.quick, limit(2 * timeout_s))
+        elif sec == "ceiling":
+            results["ceiling"] = run.run_ceiling(work, args.quick, limit(timeout_s))
         elif sec == "ep":
             results["ep"] = run.run_ep(work, args.quick, limit(timeout_s), info["gpus"])
             results["ep"]["uccl_ep"] = run.uccl_ep_found()

@@ -111,6 +111,22 @@ def run_experts(work: Path, quick: bool, timeout_s: int) -> dict:
     return {"records": rows, "problems": problems}
 
 
+def run_ceiling(work: Path, quick: bool, timeout_s: int) -> dict:
+    """benchmarks/moe_expert_ceiling.py at prefill (qwen3-235b-a22b, deepseek-v3): the dense GEMM and
+    the weight read beside the grouped step; quick: 5 calls per path."""
+    out, log = work / "ceiling.json", work / "ceiling.out"
+    out.unlink(missing_ok=True)
+    rc = _run([sys.executable, str(ROOT / "benchmarks" / "moe_expert_ceiling.py"), "--iters", "5" if quick else "20",
+               "--json", str(out)], timeout_s, log)
+    got = json.loads(out.read_text()) if out.exists() else {"rows": [], "summaries": []}
+    rows, summaries = got["rows"], got["summaries"]
+    problems = [f"ceiling: {r['model']} {r['phase']} {r['path']}: {r['wrong']} wrong" for r in rows if r["wrong"]]
+    if rc and not (rc == 1 and problems):   # the script exits 1 for wrong rows, listed already
+        problems.append(f"benchmarks/moe_expert_ceiling.py: exit {rc}" + (" (timed out)" if rc == 124 else "")
+                        + f", {len(summaries)} model(s) measured")
+    return {"records": rows, "summaries": summaries, "problems": problems}
+
+
 def _clean(row: dict) -> dict:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
 

@@ -138,18 +138,45 @@ def _read_row(add, touched: int, H: int, I: int, iters: int, device) -> None:
     add("weight_read", t, 0.0, 3 * touched * H * I * 2, wrong)
 
 
-def markdown(rows: list[dict], summaries: list[dict], when: str) -> str:
-    gpu = summaries[0]["gpu"] if summaries else "-"
-    lines = [f"# Expert step: the measured ceiling on {gpu} ({when} UTC)", "",
-             "| model | phase | roofline_us (bound) | HBM / compute us | ceiling_us (limited by) "
-             "| ceiling % of roofline |",
-             "|" + " --- |" * 6]
+def summary_table(summaries: list[dict]) -> list[str]:
+    """One line per model and phase: the roofline, its two terms, the ceiling and what sets it."""
+    lines = ["| model | phase | roofline_us (bound) | HBM / compute us | ceiling_us (limited by) "
+             "| ceiling % of roofline |", "|" + " --- |" * 6]
     for s in summaries:
         lines.append(f"| {s['model']} | {s['phase']} | {s['roofline_us']} ({s['bound']}) | {s['hbm_us']} / "
                      f"{s['compute_us']} | {s['ceiling_us']} ({s['limited_by']}) | {s['ceiling_pct']} |")
-    lines += ["", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    return lines
+
+
+def row_table(rows: list[dict]) -> list[str]:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for r in rows:
         lines.append("| " + " | ".join("-" if r.get(c) is None else str(r.get(c)) for c in COLUMNS) + " |")
+    return lines
+
+
+def verdicts(rows: list[dict], summaries: list[dict], target_pct: float = 70.0) -> list[str]:
+    """Per model and phase: the best correct grouped kernel against the target and the ceiling."""
+    out = []
+    for s in summaries:
+        grouped = [r for r in rows if (r["model"], r["phase"]) == (s["model"], s["phase"])
+                   and r["path"] in ("grouped_mm", "fused") and not r["wrong"]]
+        if not grouped:
+            out.append(f"**{s['model']} {s['phase']}: no correct grouped row.**")
+            continue
+        best = max(grouped, key=lambda r: r["pct_of_roofline"])
+        reach = ("within the ceiling" if s["ceiling_pct"] and s["ceiling_pct"] >= target_pct
+                 else "above the ceiling measured here")
+        out.append(f"**{s['model']} {s['phase']}: ceiling {s['ceiling_pct']} % of the roofline (set by "
+                   f"{s['limited_by']}); best grouped kernel {best['path']} {best['pct_of_roofline']} % "
+                   f"({best.get('pct_of_ceiling')} % of the ceiling); a {target_pct:.0f} % target is {reach}.**")
+    return out
+
+
+def markdown(rows: list[dict], summaries: list[dict], when: str) -> str:
+    gpu = summaries[0]["gpu"] if summaries else "-"
+    lines = [f"# Expert step: the measured ceiling on {gpu} ({when} UTC)", "", *summary_table(summaries), "",
+             *row_table(rows)]
     return "\n".join(lines) + "\n"
 
 

@@ -35,7 +35,7 @@
 #   uccl      UCCL-EP (DeepEP's API over CPU proxies) built from source with the carried .uccl/ folder
 #             (tests/gpu/build_uccl_ep.sh): does it build, does `uccl.ep` import on a machine without a NIC;
 #             then uccl-rows
-#   anchors   benchmarks/anchors.py (LL vs DeepEP, normal-mode EP baselines with UCCL-EP, experts, proxy) into
+#   anchors   benchmarks/anchors.py (LL vs DeepEP, normal-mode EP baselines with UCCL-EP, experts, the prefill ceiling, proxy) into
 #             $OUT/anchors.md and .json; UCCL-EP from a build under way or its own (.uccl/ carried), else skipped
 #   short     pytest-health and the MoE rows' api_us / kernel_only_us at 2 ranks (for a call too short for the gate)
 #   uccl-rows tests/gpu/suites/uccl-ep.yaml: uccl_ep rows (UCCL-EP's DeepEP-compatible wrapper) beside

@@ -130,3 +130,54 @@ def test_ep_runs_every_gpu_or_two_ranks_sharing_the_one(anchors, monkeypatch, tm
     monkeypatch.setattr(run, "_run_suite", fake)
     res = run.run_ep(tmp_path, False, 60, gpus)
     assert seen["args"] == want and res["shared"] is (gpus < 2) and res["problems"] == []
+
+
+def _ceiling():
+    rows = [{"model": "qwen3-235b-a22b", "phase": "prefill", "tokens": 4096, "path": p, "time_us": t,
+             "tflops": 1.0, "hbm_tbps": 1.0, "pct_of_roofline": pct, "pct_of_ceiling": poc, "wrong": 0}
+            for p, t, pct, poc in (("grouped_mm", 2927.2, 54.7, 65.1), ("fused", 2456.6, 65.2, 77.6),
+                                   ("dense_cublas", 1905.8, 84.0, None), ("weight_read", 1590.4, 100.7, None))]
+    summary = {"model": "qwen3-235b-a22b", "phase": "prefill", "roofline_us": 1601.5, "bound": "hbm",
+               "hbm_us": 1601.5, "compute_us": 1155.5, "ceiling_us": 1905.8, "limited_by": "dense_cublas",
+               "ceiling_pct": 84.0, "gpu": "NVIDIA H100 80GB HBM3"}
+    return {"records": rows, "summaries": [summary], "problems": []}
+
+
+def test_ceiling_section_says_how_far_the_kernel_is_from_what_the_card_allows(anchors):
+    text, code, _ = anchors.render({}, ["experts", "ceiling"], False, {**_results(), "ceiling": _ceiling()},
+                                   False, {})
+    sec = text[text.index("## Expert step at prefill"):]
+    assert ("**qwen3-235b-a22b prefill: ceiling 84.0 % of the roofline (set by dense_cublas); best grouped "
+            "kernel fused 65.2 % (77.6 % of the ceiling); a 70 % target is within the ceiling.**") in sec
+    assert "| qwen3-235b-a22b | prefill | 1601.5 (hbm) | 1601.5 / 1155.5 | 1905.8 (dense_cublas) | 84.0 |" in sec
+    assert "| qwen3-235b-a22b | prefill | 4096 | weight_read | 1590.4 |" in sec
+    assert code == 0 and text.index("## Expert kernel") < text.index("## Expert step at prefill")
+    wrong = _ceiling()
+    wrong["records"][1]["wrong"] = 5
+    wrong["problems"] = ["ceiling: qwen3-235b-a22b prefill fused: 5 wrong"]
+    text, code, reasons = anchors.render({}, ["ceiling"], False, {"ceiling": wrong}, False, {})
+    assert code == 1 and "fused: 5 wrong" in reasons[0]
+    assert "best grouped kernel grouped_mm 54.7 %" in text   # a wrong row is never the best
+
+
+@pytest.mark.parametrize("rc, writes, want", [(0, True, []),
+                                              (124, False, ["exit 124 (timed out), 0 model(s) measured"])])
+def test_ceiling_section_runs_the_script_and_a_cut_run_is_a_problem(anchors, monkeypatch, tmp_path, rc, writes,
+                                                                    want):
+    import json
+
+    run = __import__("anchors_sections")
+
+    def fake(cmd, timeout_s, log=None):
+        assert cmd[1].endswith("moe_expert_ceiling.py") and cmd[cmd.index("--iters") + 1] == "20"
+        if writes:
+            out = cmd[cmd.index("--json") + 1]
+            c = _ceiling()
+            with open(out, "w") as f:
+                json.dump({"rows": c["records"], "summaries": c["summaries"]}, f)
+        return rc
+
+    monkeypatch.setattr(run, "_run", fake)
+    res = run.run_ceiling(tmp_path, False, 60)
+    assert [p.split(": ", 1)[1] for p in res["problems"]] == want
+    assert len(res["summaries"]) == (1 if writes else 0)
