@@ -107,7 +107,8 @@ def section_ceiling(res: dict) -> tuple[list[str], None]:
             "benchmarks/moe_expert_ceiling.py: the step's FLOPs as one dense MLP (cuBLAS; ours on one expert) "
             "and its weight bytes read once, beside the grouped step; ceiling = roofline / the slower of the "
             "dense GEMM and the weight read (what a kernel overlapping them perfectly at these rates reaches).",
-            "", *ceiling.verdicts(res["records"], res["summaries"]), "", *ceiling.summary_table(res["summaries"]),
+            "", *ceiling.verdicts(res["records"], res["summaries"], rep.EXPERT_PCT_MIN), "",
+            *ceiling.summary_table(res["summaries"]),
             "", *ceiling.row_table(res["records"]), ""], None   # the target is the experts section's
 
 

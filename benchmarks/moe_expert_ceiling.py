@@ -30,6 +30,7 @@ import datetime
 import json
 import sys
 
+GROUPED = ("grouped_mm", "fused")   # the grouped step's paths (benchmarks/moe_experts.py's)
 COLUMNS = ("model", "phase", "tokens", "path", "time_us", "tflops", "hbm_tbps", "pct_of_roofline",
            "pct_of_ceiling", "wrong")
 
@@ -72,7 +73,7 @@ def measure(model: str, phase: str, iters: int, device: str = "cuda") -> tuple[l
                      "tuned": tuned or {}})
 
     # the grouped step: the same rows as benchmarks/moe_experts.py (the fused kernel's tiles kept)
-    for r in rows_for(model, tokens, ["grouped_mm", "fused"], device=device, iters=iters):
+    for r in rows_for(model, tokens, list(GROUPED), device=device, iters=iters):
         add(r["gemm"], r["time_us"], bound.flops, bound.bytes, r["wrong"], r.get("tuned"))
     _dense_rows(add, pairs, H, I, bound.flops, iters, device)
     torch.cuda.empty_cache()
@@ -81,7 +82,7 @@ def measure(model: str, phase: str, iters: int, device: str = "cuda") -> tuple[l
     times = {r["path"]: r["time_us"] for r in rows}
     ceil = ceiling(bound.roofline_us, times)
     for r in rows:
-        if r["path"] in ("grouped_mm", "fused"):
+        if r["path"] in GROUPED:
             p = pct_of_ceiling(ceil["ceiling_us"], r["time_us"])
             r["pct_of_ceiling"] = None if p is None else round(p, 1)
         else:
@@ -155,21 +156,24 @@ def row_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def verdicts(rows: list[dict], summaries: list[dict], target_pct: float = 70.0) -> list[str]:
-    """Per model and phase: the best correct grouped kernel against the target and the ceiling."""
+def verdicts(rows: list[dict], summaries: list[dict], targets: dict[str, float]) -> list[str]:
+    """Per model and phase: the best correct grouped kernel against the ceiling and the phase's
+    target (``targets``: phase -> % of the roofline, the anchors' EXPERT_PCT_MIN)."""
     out = []
     for s in summaries:
         grouped = [r for r in rows if (r["model"], r["phase"]) == (s["model"], s["phase"])
-                   and r["path"] in ("grouped_mm", "fused") and not r["wrong"]]
+                   and r["path"] in GROUPED and not r["wrong"]]
         if not grouped:
             out.append(f"**{s['model']} {s['phase']}: no correct grouped row.**")
             continue
         best = max(grouped, key=lambda r: r["pct_of_roofline"])
-        reach = ("within the ceiling" if s["ceiling_pct"] and s["ceiling_pct"] >= target_pct
-                 else "above the ceiling measured here")
+        target = targets.get(s["phase"])
+        reach = "" if target is None else "; a {:.0f} % target is {}".format(
+            target, "within the ceiling" if s["ceiling_pct"] and s["ceiling_pct"] >= target
+            else "above the ceiling measured here")
         out.append(f"**{s['model']} {s['phase']}: ceiling {s['ceiling_pct']} % of the roofline (set by "
                    f"{s['limited_by']}); best grouped kernel {best['path']} {best['pct_of_roofline']} % "
-                   f"({best.get('pct_of_ceiling')} % of the ceiling); a {target_pct:.0f} % target is {reach}.**")
+                   f"({best.get('pct_of_ceiling')} % of the ceiling){reach}.**")
     return out
 
 
